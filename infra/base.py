@@ -1,0 +1,146 @@
+"""The provider interface every backend implements, and the errors each maps its failures to.
+
+The runner's failover is one loop over these errors: CapacityError blocks the offer (zone) and
+tries the next candidate, QuotaError blocks the region, CredentialsError blocks the whole cloud.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from orchestrator.catalog import Offer
+
+# every resource dlrun creates carries these tags/labels (GCP labels: lower case, '-' allowed)
+TAG_CLUSTER = "dlrun-cluster"
+TAG_JOB = "dlrun-job"
+TAG_OWNER = "dlrun-owner"
+
+NodeStatus = Literal["pending", "running", "preempted", "terminated", "gone"]
+
+
+class ProviderError(Exception):
+    """Base of provider failures. `scope` says what to block: offer, zone, region or cloud."""
+
+    scope = "offer"
+
+    def __init__(self, message: str, *, cloud: str = "", region: str = "", zone: str = ""):
+        super().__init__(message)
+        self.message, self.cloud, self.region, self.zone = message, cloud, region, zone
+
+
+class CapacityError(ProviderError):
+    """No capacity for this instance type here: try the next zone, then the next candidate."""
+
+    scope = "offer"
+
+
+class QuotaError(ProviderError):
+    """Quota exhausted: block the region (or the cloud, when the quota is global)."""
+
+    scope = "region"
+
+    def __init__(self, message: str, *, global_quota: bool = False, **kw):
+        super().__init__(message, **kw)
+        if global_quota:
+            self.scope = "cloud"
+
+
+class CredentialsError(ProviderError):
+    """Credentials missing or refused: block the whole cloud; the message says how to fix it."""
+
+    scope = "cloud"
+
+
+class ProvisionError(ProviderError):
+    """Anything else that went wrong while provisioning."""
+
+    scope = "offer"
+
+
+@dataclass
+class BootstrapConfig:
+    """What a fresh node needs to join the cluster; never holds secrets."""
+
+    ray_version: str
+    python_packages: list[str] = field(default_factory=list)
+    ray_port: int = 6379
+    dashboard_port: int = 8265
+
+
+@dataclass
+class ClusterRequest:
+    cluster_id: str
+    job_id: str
+    offer: Offer
+    spot: bool
+    num_nodes: int = 1
+    bootstrap: BootstrapConfig | None = None
+    ssh_cidr: str | None = None  # caller's address for SSH ingress; discovered when None
+    image: str | None = None
+    owner: str = ""
+
+
+@dataclass
+class Node:
+    node_id: str
+    private_ip: str = ""
+    public_ip: str = ""
+    zone: str = ""
+    is_head: bool = False
+
+
+@dataclass
+class Cluster:
+    cluster_id: str
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    spot: bool
+    price_per_hour: float  # per node, the price used at launch (stored with it)
+    nodes: list[Node] = field(default_factory=list)
+    job_id: str = ""
+    launched_at: float = field(default_factory=time.time)
+    # how the client reaches the head's Jobs API / dashboard (local: direct; cloud: SSH tunnel)
+    head_address: str = ""
+    ssh_user: str = ""
+    ssh_key_path: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def head(self) -> Node | None:
+        return next((n for n in self.nodes if n.is_head), self.nodes[0] if self.nodes else None)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Cluster":
+        d = dict(d)
+        d["nodes"] = [Node(**n) for n in d.get("nodes", [])]
+        return cls(**d)
+
+
+@dataclass
+class NodeState:
+    node_id: str
+    status: NodeStatus
+    reason: str = ""
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+
+    def launch(self, request: ClusterRequest) -> Cluster:
+        """Start (or find, when already started: idempotent by cluster id) the cluster's nodes."""
+
+    def status(self, cluster: Cluster) -> list[NodeState]:
+        """Each node's state: running / preempted / gone ..."""
+
+    def terminate(self, cluster: Cluster) -> None:
+        """Remove every resource of the cluster; safe to call twice."""
+
+    def list_owned(self) -> list[Cluster]:
+        """Every cluster with dlrun's tags/labels that is still there (for `dlrun down --orphans`)."""

@@ -1,0 +1,53 @@
+"""The errors a user can cause or meet, each with its documented exit code.
+
+    0 ok · 1 the job failed · 2 bad input (job file, flags) · 3 nothing fits the budget/deadline
+    4 cloud credentials missing or refused · 5 provisioning failed everywhere · 130 interrupted
+"""
+
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_NOTHING_FITS = 3
+EXIT_CREDENTIALS = 4
+EXIT_PROVISIONING = 5
+EXIT_INTERRUPTED = 130
+
+
+class DlrunError(Exception):
+    """An error that ends a command with one line on stderr and an exit code (never a traceback)."""
+
+    exit_code = EXIT_JOB_FAILED
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class SpecError(DlrunError):
+    """The job file or a flag is wrong: names the file, the field (and line) and the fix."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class UsageError(DlrunError):
+    exit_code = EXIT_BAD_INPUT
+
+
+class NothingFitsError(DlrunError):
+    exit_code = EXIT_NOTHING_FITS
+
+    def __init__(self, message: str, plan=None):
+        super().__init__(message)
+        self.plan = plan
+
+
+class CloudCredentialsError(DlrunError):
+    exit_code = EXIT_CREDENTIALS
+
+
+class ProvisioningFailedError(DlrunError):
+    exit_code = EXIT_PROVISIONING
+
+
+class JobFailedError(DlrunError):
+    exit_code = EXIT_JOB_FAILED
