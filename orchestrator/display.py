@@ -1,0 +1,144 @@
+"""The live view of a job: a rich panel on a terminal, plain lines otherwise."""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class JobView:
+    job_id: str = ""
+    name: str = ""
+    phase: str = "planning"  # planning, provisioning, bootstrapping, running, recovering, tearing down, done
+    backend: str = ""
+    epoch: int = 0
+    epochs: int = 0
+    loss: float | None = None
+    accuracy: float | None = None
+    samples_per_s: float | None = None
+    accrued: float = 0.0
+    max_cost: float | None = None
+    started: float = field(default_factory=time.time)
+    log_tail: list[str] = field(default_factory=list)
+
+
+class PlainDisplay:
+    """One line per change: for pipes, CI logs and the detached supervisor's log file."""
+
+    def __init__(self, stream=None, quiet_logs: bool = False):
+        self.stream = stream or sys.stderr
+        self.quiet_logs = quiet_logs
+        self._last_phase = None
+        self._last_epoch = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def update(self, view: JobView) -> None:
+        elapsed = time.time() - view.started
+        if view.phase != self._last_phase:
+            self._last_phase = view.phase
+            self._say(f"[dlrun] {view.job_id} {view.phase} {view.backend} ({elapsed:.0f}s)")
+        if view.epoch != self._last_epoch and view.epochs:
+            self._last_epoch = view.epoch
+            cost = f" ${view.accrued:.4f}" + (f"/{view.max_cost:g}" if view.max_cost else "")
+            acc = f" acc {view.accuracy:.3f}" if view.accuracy is not None else ""
+            self._say(f"[dlrun] epoch {view.epoch}/{view.epochs}{acc}{cost} ({elapsed:.0f}s)")
+
+    def log(self, line: str) -> None:
+        if not self.quiet_logs:
+            self._say(line)
+
+    def message(self, text: str) -> None:
+        self._say(f"[dlrun] {text}")
+
+    def confirm_cancel(self) -> bool:
+        """Ctrl-C: cancel the job? Without a terminal to ask, yes."""
+        if not sys.stdin.isatty():
+            return True
+        try:
+            answer = input("\n[dlrun] cancel the job? [Y/n] (n keeps watching) ")
+        except (EOFError, KeyboardInterrupt):
+            return True
+        return answer.strip().lower() not in ("n", "no")
+
+    def close(self) -> None:
+        pass
+
+
+class RichDisplay(PlainDisplay):
+    """A live panel: phase, progress over epochs, elapsed, accrued vs max cost, the log's last lines."""
+
+    def __init__(self, stream=None, tail: int = 8):
+        super().__init__(stream)
+        from rich.console import Console
+        from rich.live import Live
+
+        self.console = Console(file=self.stream)
+        self.tail = tail
+        self.view = JobView()
+        self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+        self.live.start()
+
+    def _render(self):
+        from rich.panel import Panel
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+
+        v = self.view
+        grid = Table.grid(padding=(0, 2))
+        elapsed = time.time() - v.started
+        grid.add_row("phase", f"[bold]{v.phase}[/] {v.backend}", "elapsed", f"{elapsed:.0f} s")
+        if v.epochs:
+            bar = ProgressBar(total=v.epochs, completed=v.epoch, width=30)
+            grid.add_row("epoch", f"{v.epoch}/{v.epochs}", "", bar)
+        metrics = []
+        if v.loss is not None:
+            metrics.append(f"loss {v.loss:.4f}")
+        if v.accuracy is not None:
+            metrics.append(f"acc {v.accuracy:.3f}")
+        if v.samples_per_s:
+            metrics.append(f"{v.samples_per_s:,.0f} samples/s")
+        if metrics:
+            grid.add_row("metrics", "  ".join(metrics), "", "")
+        budget = f"${v.accrued:.4f}" + (f" of ${v.max_cost:g}" if v.max_cost else "")
+        grid.add_row("cost", budget, "", "")
+        for line in v.log_tail[-self.tail:]:
+            grid.add_row("", f"[dim]{line[:110]}[/]", "", "")
+        return Panel(grid, title=f"dlrun {v.name} {v.job_id}", expand=False)
+
+    def update(self, view: JobView) -> None:
+        self.view = view
+        self.live.update(self._render())
+
+    def log(self, line: str) -> None:
+        self.view.log_tail.append(line)
+        del self.view.log_tail[:-self.tail]
+
+    def message(self, text: str) -> None:
+        self.live.console.print(f"[dlrun] {text}")
+
+    def confirm_cancel(self) -> bool:
+        self.live.stop()
+        try:
+            return super().confirm_cancel()
+        finally:
+            self.live.start()
+
+    def close(self) -> None:
+        self.live.update(self._render())
+        self.live.stop()
+
+
+def make_display(stream=None):
+    stream = stream or sys.stderr
+    if getattr(stream, "isatty", lambda: False)():
+        return RichDisplay(stream)
+    return PlainDisplay(stream)
