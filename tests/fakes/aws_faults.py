@@ -1,0 +1,112 @@
+"""Inject EC2 failures at the botocore boundary, for tests of infra/aws.py under moto.
+
+Two hooks, because moto itself answers requests from a `before-send` handler (every `before-send`
+handler runs, so moto would still carry out a call whose answer we replace there):
+- `fail_operation` answers at `before-call`: the request never reaches moto (or AWS), exactly like
+  an EC2 call that failed and changed nothing. botocore raises the same ClientError as for AWS.
+- `throttle_operation` answers at `before-send` with EC2's real XML error body and HTTP 503, so
+  botocore's retry policy (backoff, then retry) runs for real. Use it on read-only operations only.
+Register on a boto3.Session *before* the provider makes its clients (clients copy the session's
+handlers), or on a client directly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from botocore.awsrequest import AWSResponse
+
+
+class SimulatedCrash(BaseException):
+    """dlrun killed at this point (think SIGKILL): a BaseException, so no launch cleanup catches it."""
+
+
+@dataclass
+class FaultLog:
+    """What the fault saw, in order: (availability zone or '', injected?)."""
+
+    calls: list[tuple[str, bool]] = field(default_factory=list)
+
+    @property
+    def injected(self) -> int:
+        return sum(1 for _, hit in self.calls if hit)
+
+
+class _Raw:
+    def __init__(self, body: bytes):
+        self._body = body
+
+    def stream(self, **_):
+        yield self._body
+
+
+def _events(target):
+    return target.meta.events if hasattr(target, "meta") else target.events
+
+
+class _Budget:
+    def __init__(self, times: int | None):
+        self.left = times
+
+    def take(self) -> bool:
+        if self.left is None:
+            return True
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+def fail_operation(target, operation: str, code: str, *, zones: set[str] | None = None,
+                   times: int | None = None, message: str = "", status: int = 400) -> FaultLog:
+    """EC2 `operation` fails with `code` (only in `zones` when given; only `times` times when given)."""
+    log, budget = FaultLog(), _Budget(times)
+
+    def handler(params, **_):
+        body = params.get("body") if isinstance(params.get("body"), dict) else {}
+        zone = body.get("Placement.AvailabilityZone", "")
+        hit = (zones is None or zone in zones) and budget.take()
+        log.calls.append((zone, hit))
+        if not hit:
+            return None
+        http = AWSResponse(params.get("url", ""), status, {}, _Raw(b""))
+        return http, {"Error": {"Code": code, "Message": message or f"injected {code}"},
+                      "ResponseMetadata": {"HTTPStatusCode": status, "RequestId": f"injected-{code}"}}
+
+    _events(target).register(f"before-call.ec2.{operation}", handler)
+    return log
+
+
+def fail_run_instances(target, code: str, **kw) -> FaultLog:
+    return fail_operation(target, "RunInstances", code, **kw)
+
+
+def throttle_operation(target, operation: str, *, times: int, code: str = "RequestLimitExceeded") -> FaultLog:
+    """The next `times` HTTP sends of a read-only `operation` get EC2's throttling answer (503)."""
+    log, budget = FaultLog(), _Budget(times)
+
+    def handler(request, **_):
+        hit = budget.take()
+        log.calls.append(("", hit))
+        if not hit:
+            return None
+        body = (f'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>{code}</Code>'
+                f'<Message>Request limit exceeded.</Message></Error></Errors>'
+                f'<RequestID>injected-throttle</RequestID></Response>').encode()
+        return AWSResponse(request.url, 503, {"Content-Type": "text/xml"}, _Raw(body))
+
+    # register_first: ours must be the first non-None answer, ahead of moto's own before-send handler
+    _events(target).register_first(f"before-send.ec2.{operation}", handler)
+    return log
+
+
+def crash_after(target, operation: str = "RunInstances", *, after_calls: int = 1) -> FaultLog:
+    """Raise SimulatedCrash once `operation` has succeeded `after_calls` times (its effect stays)."""
+    log = FaultLog()
+
+    def handler(http_response, parsed, **_):
+        log.calls.append(("", True))
+        if len(log.calls) >= after_calls and http_response.status_code < 300:
+            raise SimulatedCrash(f"killed right after {operation}")
+
+    _events(target).register(f"after-call.ec2.{operation}", handler)
+    return log
