@@ -151,7 +151,7 @@ def _wait_dashboard(url: str, timeout: float, proc: subprocess.Popen | None = No
     raise ProvisioningFailedError(f"the local Ray head did not answer at {url} within {timeout:.0f} s")
 
 
-def stop_local_head(head: LocalHead | None = None, timeout: float = 20.0) -> bool:
+def stop_local_head(head: LocalHead | None = None, timeout: float = 6.0) -> bool:
     """Stop the head dlrun started (its process group only). False when there was none."""
     head = head or recorded_head()
     if head is None or not head.started_by_dlrun or not head.pgid:

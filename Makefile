@@ -1,0 +1,25 @@
+.PHONY: setup demo test bench
+VENV := .venv
+export RAY_USAGE_STATS_ENABLED := 0
+
+# torch's CPU wheel first: an unpinned torch would pull several GB of CUDA packages
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q torch==2.13.0
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/dlrun submit configs/examples/digits_cnn.yaml --max-cost 5
+
+# pytest exits 5 when no tests were collected: make fails on it, as on any failure
+test: setup
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+
+bench: setup
+	$(VENV)/bin/python bench/submit_overhead.py
+	$(VENV)/bin/python bench/estimator_accuracy.py
+	$(VENV)/bin/python bench/plan_speed.py
