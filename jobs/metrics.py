@@ -1,0 +1,137 @@
+"""Progress reporting that any training script can use: `from jobs.metrics import report`.
+
+Every call prints one line to stdout, flushed, which the dlrun runner parses from the job's log:
+
+    DLRUN_METRIC {"epoch":3,"epochs":20,"loss":0.41,...}     report(epoch=3, epochs=20, loss=0.41, ...)
+    DLRUN_METRIC {"event":"resumed","epoch":2}               report_event("resumed", epoch=2)
+    DLRUN_RESULT {"accuracy":0.97,...}                       report_result(accuracy=0.97, ...)
+
+Inside a Ray job (RAY_ADDRESS set, or Ray already initialised, e.g. in a Ray Train worker) the
+numeric values are also published as ray.util.metrics gauges (dlrun_epoch, dlrun_loss,
+dlrun_accuracy, dlrun_samples_per_second, dlrun_gpu_utilization, dlrun_gpu_memory_bytes,
+dlrun_accrued_cost when DLRUN_PRICE_PER_HOUR is set) tagged with job_id=$DLRUN_JOB_ID, so they show
+in the Ray dashboard. Ray is imported lazily; without it (or when it cannot connect) only the lines
+are printed.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+
+METRIC_PREFIX = "DLRUN_METRIC "
+RESULT_PREFIX = "DLRUN_RESULT "
+JOB_ID_ENV = "DLRUN_JOB_ID"
+PRICE_ENV = "DLRUN_PRICE_PER_HOUR"
+
+# metric key in the DLRUN_METRIC line -> Ray gauge name
+GAUGES = {
+    "epoch": "dlrun_epoch",
+    "loss": "dlrun_loss",
+    "accuracy": "dlrun_accuracy",
+    "samples_per_s": "dlrun_samples_per_second",
+    "gpu_utilization": "dlrun_gpu_utilization",
+    "gpu_memory_bytes": "dlrun_gpu_memory_bytes",
+    "accrued_cost": "dlrun_accrued_cost",
+}
+
+_started = time.time()
+_gauges: dict | None = None  # None: not tried yet; {}: Ray unavailable, print only
+
+
+def report(**metrics) -> None:
+    """One epoch's metrics (epoch, epochs, loss, val_loss, accuracy, samples_per_s, elapsed_s, ...)."""
+    metrics.update(_gpu_stats())
+    _emit(METRIC_PREFIX, metrics)
+    _publish(metrics)
+
+
+def report_event(event: str, **fields) -> None:
+    """A lifecycle event, e.g. report_event("resumed", epoch=4)."""
+    _emit(METRIC_PREFIX, {"event": event, **fields})
+
+
+def report_result(**metrics) -> None:
+    """The final metrics of the run (printed once, at the end)."""
+    _emit(RESULT_PREFIX, metrics)
+
+
+def parse_line(line: str) -> tuple[str, dict] | None:
+    """("metric" | "result", payload) for a reporting line (a log prefix before it is allowed)."""
+    for kind, prefix in (("metric", METRIC_PREFIX), ("result", RESULT_PREFIX)):
+        at = line.find(prefix)
+        if at >= 0:
+            try:
+                payload = json.loads(line[at + len(prefix):])
+            except ValueError:
+                return None
+            return (kind, payload) if isinstance(payload, dict) else None
+    return None
+
+
+def _emit(prefix: str, payload: dict) -> None:
+    sys.stdout.write(prefix + json.dumps(payload, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def _gpu_stats() -> dict:
+    torch = sys.modules.get("torch")  # never import torch just for this
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    stats = {"gpu_memory_bytes": int(torch.cuda.memory_reserved())}
+    try:
+        stats["gpu_utilization"] = float(torch.cuda.utilization())  # needs nvidia-ml-py
+    except Exception:
+        pass
+    return stats
+
+
+def _ray_gauges() -> dict:
+    global _gauges
+    if _gauges is not None:
+        return _gauges
+    _gauges = {}
+    ray = sys.modules.get("ray")
+    in_ray = ray is not None and ray.is_initialized()
+    if not in_ray and not os.environ.get("RAY_ADDRESS"):
+        return _gauges
+    try:
+        import ray
+        from ray.util.metrics import Gauge
+
+        if not ray.is_initialized():
+            ray.init(ignore_reinit_error=True, log_to_driver=False,
+                     logging_level=logging.WARNING)
+        tags = {"job_id": os.environ.get(JOB_ID_ENV) or "unknown"}
+        for key, name in GAUGES.items():
+            gauge = Gauge(name, description=f"dlrun training {key}", tag_keys=("job_id",))
+            gauge.set_default_tags(tags)
+            _gauges[key] = gauge
+    except Exception as e:  # Ray missing or unreachable: the printed lines still carry it all
+        print(f"dlrun metrics: Ray gauges unavailable ({type(e).__name__}: {e})",
+              file=sys.stderr, flush=True)
+        _gauges = {}
+    return _gauges
+
+
+def _publish(metrics: dict) -> None:
+    gauges = _ray_gauges()
+    if not gauges:
+        return
+    values = dict(metrics)
+    price = os.environ.get(PRICE_ENV)
+    if price:
+        try:
+            values["accrued_cost"] = float(price) * (time.time() - _started) / 3600.0
+        except ValueError:
+            pass
+    for key, value in values.items():
+        gauge = gauges.get(key)
+        if gauge is not None and isinstance(value, (int, float)) and math.isfinite(value):
+            try:
+                gauge.set(float(value))
+            except Exception:
+                pass

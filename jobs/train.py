@@ -1,0 +1,311 @@
+"""The training loop every built-in job shares: CLI, device/precision, checkpoints, reporting.
+
+    python -m jobs.cnn [--epochs N] [--batch-size B] [--lr LR] [--seed S] [--checkpoint-dir DIR]
+                       [--num-workers N] [--device auto|cpu|cuda] [--precision auto|fp32|fp16|bf16]
+
+Determinism: the model is initialised from the seed, and each epoch's shuffle and dropout come
+from (seed, epoch), so a run resumed from the checkpoint of epoch k ends with exactly the metrics
+of an uninterrupted run (on CPU; CUDA kernels are not bitwise deterministic).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+from jobs.checkpoint import CHECKPOINT_ENV, CheckpointError, open_checkpoints
+from jobs.data import Split
+from jobs.metrics import report, report_event, report_result
+
+EVAL_BATCH = 512
+
+
+class JobConfigError(Exception):
+    """A flag asks for something this machine cannot do: the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A built-in training job: its model, its data and its default hyper-parameters."""
+    name: str
+    module: str  # importable module that defines JOB (used by Ray Train workers)
+    build_model: Callable[[], nn.Module]
+    load_data: Callable[[], Split]
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float = 0.0
+
+
+@dataclass
+class TrainConfig:
+    epochs: int
+    batch_size: int
+    lr: float
+    seed: int = 0
+    checkpoint_dir: str | None = None
+    num_workers: int = 1
+    device: str = "auto"
+    precision: str = "auto"
+
+
+@dataclass
+class Rank:
+    """Where this process sits in a (Ray Train) data-parallel group."""
+    rank: int = 0
+    world_size: int = 1
+    device: str | None = None  # set by Ray Train (cuda:local_rank or cpu)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass
+class Precision:
+    name: str  # fp32 | fp16 | bf16
+    dtype: torch.dtype | None = field(default=None)
+
+    @property
+    def autocast(self) -> bool:
+        return self.dtype is not None
+
+
+def parse_args(job: Job, argv: list[str] | None = None) -> TrainConfig:
+    p = argparse.ArgumentParser(prog=f"python -m {job.module}",
+                                description=f"Train the {job.name} job on the digits data set.")
+    p.add_argument("--epochs", type=int, default=job.epochs)
+    p.add_argument("--batch-size", type=int, default=job.batch_size)
+    p.add_argument("--lr", type=float, default=job.lr)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-dir", default=os.environ.get(CHECKPOINT_ENV) or None,
+                   help=f"a directory, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX "
+                        f"(default: ${CHECKPOINT_ENV}; unset: no checkpoints)")
+    p.add_argument("--num-workers", type=int, default=1,
+                   help="data-parallel workers; more than 1 runs through Ray Train's TorchTrainer")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--precision", choices=("auto", "fp32", "fp16", "bf16"), default="auto")
+    a = p.parse_args(argv)
+    for name in ("epochs", "batch_size", "num_workers"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if a.lr <= 0:
+        p.error("--lr must be positive")
+    return TrainConfig(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, seed=a.seed,
+                       checkpoint_dir=a.checkpoint_dir, num_workers=a.num_workers,
+                       device=a.device, precision=a.precision)
+
+
+def resolve_device(requested: str) -> torch.device:
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise JobConfigError("--device cuda: no CUDA GPU is visible to this process; "
+                             "use --device auto or cpu")
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(requested)
+
+
+def resolve_precision(requested: str, device: torch.device) -> Precision:
+    if requested == "auto":
+        if device.type != "cuda":
+            requested = "fp32"
+        else:
+            requested = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    dtypes = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+    return Precision(requested, dtypes[requested])
+
+
+def epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
+    """The seed of one epoch's shuffle (and, with the rank, its dropout)."""
+    return (seed * 1_000_003 + epoch * 7919 + rank * 104_729) % (2 ** 63)
+
+
+def _set_seed(seed: int) -> None:
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _restore_rng(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def train(job: Job, cfg: TrainConfig, where: Rank | None = None) -> dict:
+    """Train (resuming from the latest checkpoint if any); returns the final result dict."""
+    where = where or Rank()
+    started = time.perf_counter()
+    device = torch.device(where.device) if where.device else resolve_device(cfg.device)
+    precision = resolve_precision(cfg.precision, device)
+    if device.type == "cpu" and where.world_size == 1:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+    data = job.load_data()
+    train_x, train_y = data.train_x.to(device), data.train_y.to(device)
+    test_x, test_y = data.test_x.to(device), data.test_y.to(device)
+
+    _set_seed(cfg.seed)
+    model = job.build_model().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=job.weight_decay)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision.name == "fp16")
+
+    store = open_checkpoints(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    history: list[dict] = []
+    start_epoch = 0
+    state = store.load_latest() if store else None
+    if state is not None:
+        if state.get("job") != job.name:
+            raise CheckpointError(f"the checkpoint at {store.location} belongs to job "
+                                  f"{state.get('job')!r}, not {job.name!r}: use another "
+                                  "--checkpoint-dir")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        _restore_rng(state["rng"])
+        history = list(state["history"])
+        start_epoch = int(state["epoch"])
+        if where.is_main:
+            report_event("resumed", epoch=start_epoch, checkpoint=store.location)
+    if where.world_size > 1:
+        torch.distributed.barrier()  # everyone has read the checkpoint before rank 0 prunes it
+        ids = [device.index] if device.type == "cuda" else None
+        net: nn.Module = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    else:
+        net = model
+
+    loss_fn = nn.CrossEntropyLoss()
+    run_rates = []
+    for epoch in range(start_epoch + 1, cfg.epochs + 1):
+        order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(
+            epoch_seed(cfg.seed, epoch))).to(device)
+        if where.world_size > 1:  # equal shards, so every rank runs the same number of steps
+            per_rank = len(order) // where.world_size
+            order = order[where.rank::where.world_size][:per_rank]
+        _set_seed(epoch_seed(cfg.seed, epoch, where.rank))
+
+        net.train()
+        loss_sum = torch.zeros((), device=device)
+        tick = time.perf_counter()
+        for i in range(0, len(order), cfg.batch_size):
+            idx = order[i:i + cfg.batch_size]
+            xb, yb = train_x[idx], train_y[idx]
+            with torch.autocast(device.type, dtype=precision.dtype, enabled=precision.autocast):
+                loss = loss_fn(net(xb), yb)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            loss_sum += loss.detach() * len(idx)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        train_seconds = time.perf_counter() - tick
+        samples_per_s = len(order) * where.world_size / train_seconds
+        run_rates.append(samples_per_s)
+
+        val_loss, accuracy = evaluate(model, test_x, test_y, precision, device)
+        metrics = {"epoch": epoch, "epochs": cfg.epochs,
+                   "loss": loss_sum.item() / len(order), "val_loss": val_loss,
+                   "accuracy": accuracy, "samples_per_s": round(samples_per_s, 1),
+                   "elapsed_s": round(time.perf_counter() - started, 3)}
+        history.append(metrics)
+        if where.is_main:
+            if store:
+                store.save({"job": job.name, "epoch": epoch, "model": model.state_dict(),
+                            "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                            "rng": _rng_state(), "history": history, "seed": cfg.seed}, epoch)
+            report(**metrics)
+
+    final = history[-1] if history else {}
+    return {"job": job.name, "accuracy": final.get("accuracy"), "val_loss": final.get("val_loss"),
+            "loss": final.get("loss"), "epochs": cfg.epochs, "epochs_run": len(run_rates),
+            "resumed_from": start_epoch if state is not None else None,
+            "samples_per_s": round(sum(run_rates) / len(run_rates), 1) if run_rates else None,
+            "elapsed_s": round(time.perf_counter() - started, 3), "device": device.type,
+            "precision": precision.name, "world_size": where.world_size, "seed": cfg.seed,
+            "checkpoint": store.location if store else None}
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: Precision,
+             device: torch.device) -> tuple[float, float]:
+    """(mean cross-entropy, accuracy) on the held-out set."""
+    model.eval()
+    loss_sum, correct = 0.0, 0
+    for i in range(0, len(x), EVAL_BATCH):
+        with torch.autocast(device.type, dtype=precision.dtype, enabled=precision.autocast):
+            logits = model(x[i:i + EVAL_BATCH])
+        target = y[i:i + EVAL_BATCH]
+        loss_sum += nn.functional.cross_entropy(logits.float(), target, reduction="sum").item()
+        correct += (logits.argmax(1) == target).sum().item()
+    return loss_sum / len(x), correct / len(x)
+
+
+def run_job(job: Job, argv: list[str] | None = None) -> dict:
+    """The `python -m jobs.<name>` entry point: train, print DLRUN_RESULT, return the result."""
+    cfg = parse_args(job, argv)
+    try:
+        result = train_with_ray(job, cfg) if cfg.num_workers > 1 else train(job, cfg)
+    except (CheckpointError, JobConfigError) as e:
+        print(f"{job.name}: error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    report_result(**result)
+    return result
+
+
+def train_with_ray(job: Job, cfg: TrainConfig) -> dict:
+    """Data-parallel training through Ray Train's TorchTrainer (gloo on CPU, NCCL on GPUs).
+
+    Attaches to the Ray cluster of $RAY_ADDRESS (as inside a Ray job), else starts a private
+    local one. Rank 0 writes the checkpoints and prints the per-epoch lines.
+    """
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(log_to_driver=True)
+        else:
+            ray.init(address="local", include_dashboard=False,
+                     num_cpus=max(os.cpu_count() or 1, cfg.num_workers + 1))
+    if cfg.device == "auto":
+        use_gpu = ray.cluster_resources().get("GPU", 0) >= cfg.num_workers
+    else:
+        use_gpu = cfg.device == "cuda"
+    trainer = TorchTrainer(
+        _ray_train_worker,
+        train_loop_config={"module": job.module, "config": asdict(cfg)},
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        run_config=RunConfig(name=f"dlrun-{job.name}-{os.getpid()}"),
+    )
+    outcome = trainer.fit()
+    if outcome.error is not None:
+        raise outcome.error
+    return dict(outcome.metrics)
+
+
+def _ray_train_worker(loop_config: dict) -> None:
+    import importlib
+
+    import ray.train
+    import ray.train.torch
+
+    job: Job = importlib.import_module(loop_config["module"]).JOB
+    ctx = ray.train.get_context()
+    device = ray.train.torch.get_device()
+    where = Rank(rank=ctx.get_world_rank(), world_size=ctx.get_world_size(), device=str(device))
+    result = train(job, TrainConfig(**loop_config["config"]), where)
+    ray.train.report(result)
