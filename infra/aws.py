@@ -141,7 +141,7 @@ class AwsProvider:
                 failures.append(f"{zone}: {error_code(e)}")
                 self._terminate_ids(ec2, created.instance_ids[before:])
                 continue
-            instances = self._wait_running(ec2, created.instance_ids)
+            instances = self._wait_running(ec2, created.instance_ids[before:])
             return self._cluster_from_instances(region, request.cluster_id, instances)
         market = "spot" if request.spot else "on-demand"
         raise CapacityError(f"no {market} capacity for {offer.instance_type} in any zone of {region} "

@@ -54,7 +54,7 @@ def _known_hosts() -> Path:
 
 def ssh_command(cluster: Cluster, local_port: int, remote_port: int) -> list[str]:
     head = cluster.head
-    host = head.public_ip or head.private_ip if head else ""
+    host = (head.public_ip or head.private_ip) if head else ""
     if not host:
         raise ProvisionError(f"cluster {cluster.cluster_id} has no head address to tunnel to",
                              cloud=cluster.provider)

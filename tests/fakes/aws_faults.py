@@ -57,14 +57,17 @@ class _Budget:
 
 
 def fail_operation(target, operation: str, code: str, *, zones: set[str] | None = None,
-                   times: int | None = None, message: str = "", status: int = 400) -> FaultLog:
-    """EC2 `operation` fails with `code` (only in `zones` when given; only `times` times when given)."""
-    log, budget = FaultLog(), _Budget(times)
+                   times: int | None = None, after: int = 0, message: str = "",
+                   status: int = 400) -> FaultLog:
+    """EC2 `operation` fails with `code`: only in `zones` when given, letting the first `after`
+    matching calls through, then failing `times` times (always, when None)."""
+    log, budget, passes = FaultLog(), _Budget(times), _Budget(after)
 
     def handler(params, **_):
         body = params.get("body") if isinstance(params.get("body"), dict) else {}
         zone = body.get("Placement.AvailabilityZone", "")
-        hit = (zones is None or zone in zones) and budget.take()
+        matches = zones is None or zone in zones
+        hit = matches and not (after and passes.take()) and budget.take()
         log.calls.append((zone, hit))
         if not hit:
             return None
