@@ -380,3 +380,68 @@ def test_image_override_by_id_and_by_name(session):
     with pytest.raises(ProvisionError, match="no AMI"):
         provider.launch(make_request("missing", image="no-such-image-*"))
     assert_nothing_left(ec2, "missing")
+
+
+# ---------------------------------------------------------------- SSH tunnel (infra/ssh.py)
+FAKE_SSH = """#!{python}
+import json, os, socket, sys, time
+args = sys.argv[1:]
+open(os.environ["FAKE_SSH_LOG"], "w").write(json.dumps(args))
+if os.environ.get("FAKE_SSH_FAIL"):
+    sys.stderr.write("Warning: something\\nuser@host: Permission denied (publickey).\\n")
+    sys.exit(255)
+local = args[args.index("-L") + 1].split(":")
+srv = socket.socket(); srv.bind((local[0], int(local[1]))); srv.listen()
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def fake_ssh(tmp_path, monkeypatch):
+    import sys
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(FAKE_SSH.format(python=sys.executable))
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SSH_LOG", str(tmp_path / "ssh-args.json"))
+    monkeypatch.delenv("DLRUN_TEST_HEAD_ADDRESS", raising=False)
+    return tmp_path / "ssh-args.json"
+
+
+def cloud_cluster() -> Cluster:
+    return Cluster(cluster_id="t1", provider="aws", region=REGION, zone="us-east-1a",
+                   instance_type="g4dn.xlarge", spot=False, price_per_hour=0.526,
+                   nodes=[Node("i-1", private_ip="10.0.0.5", public_ip="54.1.2.3", is_head=True)],
+                   ssh_user="ubuntu", ssh_key_path="/keys/t1.pem")
+
+
+def test_tunnel_runs_ssh_with_a_local_only_forward(fake_ssh):
+    import json
+    import socket
+    from infra.ssh import open_tunnel
+    with open_tunnel(cloud_cluster(), remote_port=8265, timeout_s=20) as tunnel:
+        port = int(tunnel.local_address.rsplit(":", 1)[1])
+        assert tunnel.local_address == f"http://127.0.0.1:{port}"
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        args = json.loads(fake_ssh.read_text())
+        process = tunnel.process
+    assert process.poll() is not None  # closed with the context
+    assert args[:3] == ["-N", "-L", f"127.0.0.1:{port}:127.0.0.1:8265"]
+    assert "StrictHostKeyChecking=accept-new" in args and "ExitOnForwardFailure=yes" in args
+    assert args[args.index("-i") + 1] == "/keys/t1.pem" and args[-1] == "ubuntu@54.1.2.3"
+
+
+def test_tunnel_failure_says_why(fake_ssh, monkeypatch):
+    from infra.ssh import open_tunnel
+    monkeypatch.setenv("FAKE_SSH_FAIL", "1")
+    with pytest.raises(ProvisionError, match="Permission denied"):
+        open_tunnel(cloud_cluster(), timeout_s=20)
+
+
+def test_tunnel_test_hook_maps_the_head_to_a_local_address(fake_ssh, monkeypatch):
+    from infra.ssh import open_tunnel
+    monkeypatch.setenv("DLRUN_TEST_HEAD_ADDRESS", "http://127.0.0.1:8265/")
+    with open_tunnel(cloud_cluster()) as tunnel:
+        assert tunnel.local_address == "http://127.0.0.1:8265" and tunnel.process is None
+    assert not fake_ssh.exists()  # ssh never ran
