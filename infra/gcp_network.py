@@ -48,7 +48,7 @@ def firewall_description(cluster_id: str) -> str:
 
 
 def cluster_id_of_firewall(fw) -> str | None:
-    m = re.match(r"^dlrun cluster=(\S+)", fw.description or "")
+    m = re.match(r"^dlrun cluster=(.+)$", fw.description or "")
     return m.group(1) if m else None
 
 

@@ -68,7 +68,8 @@ class FakeGce:
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "FakeGce":
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
         return self
 
     def stop(self) -> None:
