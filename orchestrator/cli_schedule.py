@@ -21,7 +21,7 @@ def _errors_to_exit(fn):
         try:
             return fn(*args, **kwargs)
         except DlrunError as e:
-            click.echo(f"error: {e.message}", err=True)
+            click.echo(f"dlrun: error: {e.message}", err=True)
             sys.exit(e.exit_code)
     return wrapper
 
