@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -17,24 +18,17 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from infra import aws_network as net
 from infra.aws_errors import CREDENTIALS_HOWTO, error_code, to_provider_error
+from infra.aws_records import (TAG_PRICE, TAG_ROLE, TAG_SPOT, TAG_SSH_USER, TAG_TERMINATING, UP_STATES,
+                               cluster_from_instances, node_state, tags_of)
 from infra.base import (TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, CapacityError, Cluster,
-                        ClusterRequest, CredentialsError, Node, NodeState, ProviderError,
-                        ProvisionError)
+                        ClusterRequest, CredentialsError, NodeState, ProviderError, ProvisionError)
 from infra.bootstrap import startup_script
 
 log = logging.getLogger(__name__)
 
-TAG_ROLE = "dlrun-role"          # head / worker
-TAG_PRICE = "dlrun-price"        # per-node hourly price used at launch
-TAG_SPOT = "dlrun-spot"
-TAG_SSH_USER = "dlrun-ssh-user"
-TAG_TERMINATING = "dlrun-terminating"  # set by us right before terminate: tells "we did it" from preemption
-
 # newest match wins; real DLAMIs are Ubuntu/Amazon Linux images published by Amazon
 DEFAULT_AMI_NAME_PATTERNS = ("Deep Learning*",)
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
-UP_STATES = ("pending", "running")
-SPOT_INTERRUPTION = "Server.SpotInstanceTermination"
 
 
 @dataclass
@@ -44,10 +38,6 @@ class _Created:
     instance_ids: list[str] = field(default_factory=list)
     security_group_id: str = ""
     key_name: str = ""
-
-
-def _tags(items: list[dict] | None) -> dict[str, str]:
-    return {t["Key"]: t["Value"] for t in items or []}
 
 
 class AwsProvider:
@@ -61,7 +51,7 @@ class AwsProvider:
         self._session = session or boto3.Session()
         self.region = region or self._session.region_name
         self.endpoint_url = endpoint_url
-        self.ssh_cidr = ssh_cidr
+        self.ssh_cidr = ssh_cidr or os.environ.get("DLRUN_SSH_CIDR") or None
         self.regions = regions
         self.key_name, self.key_path = key_name, key_path  # the user's own key, used instead of a per-cluster one
         self.launch_timeout_s, self.poll_interval_s = launch_timeout_s, poll_interval_s
@@ -94,7 +84,7 @@ class AwsProvider:
         except (ClientError, BotoCoreError) as e:
             raise to_provider_error(e, region=region) from None
         if existing:
-            return self._cluster_from_instances(region, request.cluster_id, existing)
+            return self._cluster(region, request.cluster_id, existing)
         if request.num_nodes < 1:
             raise ProvisionError("a cluster needs at least one node", cloud="aws", region=region)
         created = _Created()
@@ -142,7 +132,7 @@ class AwsProvider:
                 self._terminate_ids(ec2, created.instance_ids[before:])
                 continue
             instances = self._wait_running(ec2, created.instance_ids[before:])
-            return self._cluster_from_instances(region, request.cluster_id, instances)
+            return self._cluster(region, request.cluster_id, instances)
         market = "spot" if request.spot else "on-demand"
         raise CapacityError(f"no {market} capacity for {offer.instance_type} in any zone of {region} "
                             f"({'; '.join(failures) or 'no zones'})", cloud="aws", region=region)
@@ -234,25 +224,8 @@ class AwsProvider:
                 ec2, [{"Name": "instance-id", "Values": ids}])} if ids else {}
         except (ClientError, BotoCoreError) as e:
             raise to_provider_error(e, region=cluster.region) from None
-        return [self._node_state(n.node_id, found.get(n.node_id), cluster.spot) for n in cluster.nodes]
-
-    def _node_state(self, node_id: str, inst: dict | None, spot: bool) -> NodeState:
-        if inst is None:
-            if node_id in self._terminated:
-                return NodeState(node_id, "terminated", "terminated by dlrun")
-            return NodeState(node_id, "preempted" if spot else "gone", "instance no longer exists")
-        state = inst["State"]["Name"]
-        if state in UP_STATES:
-            return NodeState(node_id, state)
-        reason = inst.get("StateReason", {}).get("Code", "") or inst.get("StateTransitionReason", "")
-        if state in ("shutting-down", "terminated"):
-            if node_id in self._terminated or TAG_TERMINATING in _tags(inst.get("Tags")):
-                return NodeState(node_id, "terminated", "terminated by dlrun")
-            # moto (and some real reclaims) report a spot reclaim as a plain shutdown: a spot node
-            # we did not terminate ourselves counts as preempted
-            if reason == SPOT_INTERRUPTION or spot or inst.get("InstanceLifecycle") == "spot":
-                return NodeState(node_id, "preempted", reason or "spot instance reclaimed")
-        return NodeState(node_id, "gone", f"{state}: {reason}".rstrip(": "))
+        return [node_state(n.node_id, found.get(n.node_id), spot=cluster.spot,
+                           terminated_by_us=n.node_id in self._terminated) for n in cluster.nodes]
 
     # ---------------------------------------------------------------- terminate
     def terminate(self, cluster: Cluster) -> None:
@@ -348,13 +321,13 @@ class AwsProvider:
         by_cluster: dict[str, list[dict]] = {}
         for inst in self._describe(ec2, tagged + [
                 {"Name": "instance-state-name", "Values": list(LIVE_STATES)}]):
-            by_cluster.setdefault(_tags(inst.get("Tags"))[TAG_CLUSTER], []).append(inst)
+            by_cluster.setdefault(tags_of(inst)[TAG_CLUSTER], []).append(inst)
         leftovers: dict[str, dict[str, str]] = {}
         for group in ec2.describe_security_groups(Filters=tagged)["SecurityGroups"]:
-            leftovers.setdefault(_tags(group.get("Tags"))[TAG_CLUSTER], _tags(group.get("Tags")))
+            leftovers.setdefault(tags_of(group)[TAG_CLUSTER], tags_of(group))
         for key in ec2.describe_key_pairs(Filters=tagged)["KeyPairs"]:
-            leftovers.setdefault(_tags(key.get("Tags"))[TAG_CLUSTER], _tags(key.get("Tags")))
-        clusters = [self._cluster_from_instances(region, cid, insts) for cid, insts in by_cluster.items()]
+            leftovers.setdefault(tags_of(key)[TAG_CLUSTER], tags_of(key))
+        clusters = [self._cluster(region, cid, insts) for cid, insts in by_cluster.items()]
         for cid, tags in leftovers.items():
             if cid not in by_cluster:
                 clusters.append(Cluster(cluster_id=cid, provider=self.name, region=region, zone="",
@@ -371,35 +344,9 @@ class AwsProvider:
         return self._describe(ec2, [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster_id]},
                                     {"Name": "instance-state-name", "Values": list(states)}])
 
-    def _cluster_from_instances(self, region: str, cluster_id: str, instances: list[dict]) -> Cluster:
-        """A Cluster rebuilt from what EC2 says (tags included): used after launch and for orphans."""
-        def order(i):
-            return (_tags(i.get("Tags")).get(TAG_ROLE) != "head", i.get("LaunchTime") or 0, i["InstanceId"])
-        instances = sorted(instances, key=order)
-        head_tags = _tags(instances[0].get("Tags"))
-        nodes = [Node(node_id=i["InstanceId"], private_ip=i.get("PrivateIpAddress", ""),
-                      public_ip=i.get("PublicIpAddress", ""),
-                      zone=i.get("Placement", {}).get("AvailabilityZone", ""), is_head=(k == 0))
-                 for k, i in enumerate(instances)]
-        head = nodes[0]
-        ssh_user = head_tags.get(TAG_SSH_USER, "ubuntu")
-        launched = instances[0].get("LaunchTime")
-        own_key = bool(self.key_name) and instances[0].get("KeyName") == self.key_name
-        return Cluster(
-            cluster_id=cluster_id, provider=self.name, region=region, zone=head.zone,
-            instance_type=instances[0].get("InstanceType", ""),
-            spot=head_tags.get(TAG_SPOT) == "true" or instances[0].get("InstanceLifecycle") == "spot",
-            price_per_hour=float(head_tags.get(TAG_PRICE) or 0.0), nodes=nodes,
-            job_id=head_tags.get(TAG_JOB, ""),
-            launched_at=launched.timestamp() if hasattr(launched, "timestamp") else time.time(),
-            head_address=f"ssh://{ssh_user}@{head.public_ip or head.private_ip}",
-            ssh_user=ssh_user,
-            ssh_key_path=self.key_path if own_key else str(net.key_path(cluster_id)),
-            extra={"security_group_ids": sorted({g["GroupId"] for i in instances
-                                                 for g in i.get("SecurityGroups", [])}),
-                   "key_name": instances[0].get("KeyName", ""), "ami": instances[0].get("ImageId", ""),
-                   "owner": head_tags.get(TAG_OWNER, ""), "own_key": own_key},
-        )
+    def _cluster(self, region: str, cluster_id: str, instances: list[dict]) -> Cluster:
+        return cluster_from_instances(region, cluster_id, instances,
+                                      own_key_name=self.key_name, own_key_path=self.key_path)
 
 
 def _local_ray_version() -> str:

@@ -445,3 +445,20 @@ def test_tunnel_test_hook_maps_the_head_to_a_local_address(fake_ssh, monkeypatch
     with open_tunnel(cloud_cluster()) as tunnel:
         assert tunnel.local_address == "http://127.0.0.1:8265" and tunnel.process is None
     assert not fake_ssh.exists()  # ssh never ran
+
+
+def test_users_own_key_is_used_and_kept(session, monkeypatch):
+    ec2 = session.client("ec2")
+    ec2.create_key_pair(KeyName="alice-laptop")
+    monkeypatch.setenv("DLRUN_SSH_CIDR", "198.51.100.9/32")
+    provider = AwsProvider(region=REGION, session=session, poll_interval_s=0.01, regions=[REGION],
+                           key_name="alice-laptop", key_path="/home/alice/.ssh/laptop.pem")
+    cluster = provider.launch(make_request("ownkey", nodes=2))
+    assert {i["KeyName"] for i in live_instances(ec2, "ownkey")} == {"alice-laptop"}
+    assert cluster.ssh_key_path == "/home/alice/.ssh/laptop.pem" and cluster.extra["own_key"]
+    assert not aws_network.key_path("ownkey").exists()
+    (group,) = ec2.describe_security_groups(GroupNames=["dlrun-ownkey"])["SecurityGroups"]
+    assert [r["CidrIp"] for p in group["IpPermissions"] for r in p.get("IpRanges", [])] == ["198.51.100.9/32"]
+    provider.terminate(cluster)
+    assert_nothing_left(ec2, "ownkey")
+    assert [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]] == ["alice-laptop"]
