@@ -183,7 +183,11 @@ class GcpProvider:
         return op.name
 
     def _wait(self, op_name: str, zone: str | None, *, what: str = "") -> None:
-        """Wait for a zone (or global) operation; raise its error mapped to a provider error."""
+        """Wait for a zone (or global) operation; raise its error mapped to a provider error.
+
+        Not ExtendedOperation.result(): its poller is a ZoneOperationsClient the library makes
+        itself, without our client_options (endpoint), and it ignores an `error` without HTTP status.
+        """
         deadline = time.monotonic() + self.operation_timeout_s
         while True:
             if zone:
