@@ -148,6 +148,17 @@ def test_stockout_in_first_zone_moves_to_next(gce, provider):
     assert len(posts(gce, "zones/us-central1-a/instances")) == 1  # the head's stockout stopped that zone
 
 
+def test_stockout_after_the_head_removes_that_zones_nodes_and_moves_on(gce, provider):
+    gce.stockout("us-central1-a", after=1)  # the head fits, its workers do not
+    cluster = provider.launch(request(nodes=3))
+    assert cluster.zone == "us-central1-b" and len(cluster.nodes) == 3
+    assert len(posts(gce, "zones/us-central1-a/instances")) == 3
+    assert sorted(gce.instances) == [("us-central1-b", n.node_id) for n in cluster.nodes]
+    head_ip = gce.instances[("us-central1-b", cluster.head.node_id)]["networkInterfaces"][0]["networkIP"]
+    for node in cluster.nodes[1:]:
+        assert f"--address={head_ip}:6379" in metadata(gce.instances[("us-central1-b", node.node_id)])["startup-script"]
+
+
 def test_stockout_everywhere_raises_capacity_error_and_leaves_nothing(gce, provider):
     gce.stockout(*US_CENTRAL1)
     with pytest.raises(CapacityError) as err:

@@ -55,7 +55,7 @@ class FakeGce:
     firewalls: dict = field(default_factory=dict)  # name -> firewall JSON
     operations: dict = field(default_factory=dict)  # (zone or "global", name) -> operation JSON
     requests: list = field(default_factory=list)  # (method, path, body) of every call, for asserts
-    stockout_zones: set = field(default_factory=set)
+    capacity: dict = field(default_factory=dict)  # zone -> how many more instances it can still take
     quotas: list = field(default_factory=list)
     forbidden: bool = False
 
@@ -88,8 +88,9 @@ class FakeGce:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     # ------------------------------------------------------------ fault injection
-    def stockout(self, *zones: str) -> None:
-        self.stockout_zones.update(zones)
+    def stockout(self, *zones: str, after: int = 0) -> None:
+        """These zones run out of capacity after `after` more instances."""
+        self.capacity.update({zone: after for zone in zones})
 
     def quota(self, metric: str, region: str | None = None, *, on_insert: bool = False) -> None:
         self.quotas.append(Quota(metric, region, on_insert))
@@ -220,11 +221,13 @@ class FakeGce:
                 if q.on_insert:
                     raise ApiError(403, message, "quotaExceeded")
                 error = (403, "QUOTA_EXCEEDED", message)
-        if not error and zone in self.stockout_zones:
+        if not error and self.capacity.get(zone, 1) <= 0:
             error = (503, "ZONE_RESOURCE_POOL_EXHAUSTED",
                      f"The zone 'projects/{self.project}/zones/{zone}' does not have enough resources "
                      "available to fulfill the request.  Try a different zone, or try again later.")
         if not error:
+            if zone in self.capacity:
+                self.capacity[zone] -= 1
             number = len(self.instances) + 2
             nic = dict(body["networkInterfaces"][0], networkIP=f"10.128.0.{number}")
             if nic.get("accessConfigs"):
