@@ -21,7 +21,7 @@ from infra.aws_errors import CREDENTIALS_HOWTO, error_code, to_provider_error
 from infra.aws_records import (TAG_PRICE, TAG_ROLE, TAG_SPOT, TAG_SSH_USER, TAG_TERMINATING, UP_STATES,
                                cluster_from_instances, node_state, tags_of)
 from infra.base import (TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, CapacityError, Cluster,
-                        ClusterRequest, CredentialsError, NodeState, ProviderError, ProvisionError)
+                        ClusterRequest, CredentialsError, NodeState, ProvisionError)
 from infra.bootstrap import startup_script
 
 log = logging.getLogger(__name__)
@@ -358,4 +358,4 @@ def _local_ray_version() -> str:
                              "version, so install ray first", cloud="aws") from None
 
 
-__all__ = ["AwsProvider", "ProviderError"]
+__all__ = ["AwsProvider"]
