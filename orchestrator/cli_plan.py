@@ -39,11 +39,22 @@ def run_plan(spec, backend: str | None = None, *, blocked: frozenset[str] = froz
         from orchestrator.store import Store
 
         store = Store()
-    return plan(spec, load_offers() if offers is None else offers, blocked=blocked, store=store,
-                local_offers=_local_offers() if local_offers is None else local_offers)
+    offers = load_offers() if offers is None else offers
+    local_offers = _local_offers() if local_offers is None else local_offers
+    if backend is not None:
+        offers = [o for o in offers if o.cloud == backend]
+        local_offers = [o for o in local_offers if o.cloud == backend]
+    return plan(spec, offers, blocked=blocked, store=store, local_offers=local_offers)
 
 
 # --- rendering -------------------------------------------------------------------------------------
+
+def _console():
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=180)  # piped or captured: room for it all
+
 
 def _shown(plan, show_all: bool):
     ranked = plan.ranked
@@ -59,10 +70,9 @@ def _shown(plan, show_all: bool):
 
 
 def render_plan(plan, console=None, show_all: bool = False) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or _console()
     shown = _shown(plan, show_all)
     feasible = sum(c.feasible for c in plan.candidates)
     caption = f"{len(plan.candidates)} candidates, {feasible} feasible; showing {len(shown)}"
@@ -134,7 +144,6 @@ def catalog_group(ctx, gpu, cloud, region):
     """List the offers of the catalog (prices with their dates)."""
     if ctx.invoked_subcommand is not None:
         return
-    from rich.console import Console
     from rich.table import Table
 
     from orchestrator.catalog import canonical_gpu, load_offers
@@ -160,7 +169,7 @@ def catalog_group(ctx, gpu, cloud, region):
         table.add_row(o.cloud, o.region, o.instance_type, f"{o.accelerator or 'CPU'}×{o.accelerator_count}",
                       f"{o.gpu_memory_gb:g}", str(o.vcpus), f"{o.memory_gb:g}",
                       f"{o.price_per_hour:.4f}{gcp_parts}", spot, o.price_date, o.spot_price_date)
-    Console().print(table)
+    _console().print(table)
 
 
 @catalog_group.command("refresh")

@@ -1,0 +1,145 @@
+"""`dlrun plan` and `dlrun catalog [refresh]` through click's CliRunner (refresh under moto)."""
+import csv
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from orchestrator import cli_plan
+from orchestrator.errors import DlrunError
+
+TINY = {"model": "tests.test_profile:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32,
+        "dataset_size": 320, "epochs": 2}
+BIG = {"model": "tests.test_profile:BigMLP", "input_shape": [64], "batch_size": 32, "dataset_size": 3200,
+       "epochs": 1}
+
+
+@pytest.fixture(autouse=True)
+def cpu_only_machine(monkeypatch):
+    monkeypatch.setenv("DLRUN_LOCAL_GPUS", "none")
+
+
+def job_file(tmp_path, **fields):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"name": "t", "job": "cnn", **fields}))
+    return str(path)
+
+
+def invoke(command, args):
+    """Run a command as the main CLI would: a DlrunError becomes its exit code."""
+    result = CliRunner().invoke(command, args)
+    code = result.exception.exit_code if isinstance(result.exception, DlrunError) else result.exit_code
+    return code, result
+
+
+def test_budget_below_the_cheapest_exits_3_with_the_table(tmp_path):
+    path = job_file(tmp_path, workload=TINY, resources={"clouds": ["aws", "gcp"]})
+    code, result = invoke(cli_plan.plan_command, [path, "--max-cost", "0.001"])
+    assert code == 3
+    assert "why excluded" in result.output and "g4dn.xlarge" in result.output
+    assert "> budget $0.00" in result.output
+    assert "cheapest candidate that would work costs $" in str(result.exception)
+
+
+def test_a_model_too_big_for_a_k80_is_shown_excluded_with_its_reason(tmp_path):
+    path = job_file(tmp_path, workload=BIG)
+    code, result = invoke(cli_plan.plan_command, [path, "--all"])
+    assert code == 0, result.output
+    k80_rows = [line for line in result.output.splitlines() if "K80" in line]
+    assert k80_rows and all("K80: needs" in line and "has 12 GB" in line and "NO" in line for line in k80_rows)
+    assert "chosen:" in result.output
+
+
+def test_plan_json_and_plot(tmp_path):
+    path = job_file(tmp_path, workload=TINY)
+    png = tmp_path / "plan.png"
+    code, result = invoke(cli_plan.plan_command, [path, "--json", "--plot", str(png)])
+    assert code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["chosen"]["cloud"] == "local"  # free, and a few seconds of CPU
+    assert data["profile"]["local_step_seconds"]["cpu"] > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_backend_flag_and_deadline(tmp_path):
+    path = job_file(tmp_path, workload=TINY)
+    code, result = invoke(cli_plan.plan_command, [path, "--backend", "gcp", "--json"])
+    assert code == 0
+    assert {c["cloud"] for c in json.loads(result.stdout)["candidates"]} == {"gcp"}
+    code, result = invoke(cli_plan.plan_command, [path, "--backend", "aws", "--deadline", "1s"])
+    assert code == 3 and "deadline" in str(result.exception)
+
+
+def test_a_bad_job_file_is_a_spec_error(tmp_path):
+    path = job_file(tmp_path, resources={"accelerators": "T5:1"})
+    code, result = invoke(cli_plan.plan_command, [path])
+    assert code == 2 and "T4" in str(result.exception)
+
+
+def test_catalog_lists_and_filters_offers():
+    code, result = invoke(cli_plan.catalog_group, ["--gpu", "t4", "--cloud", "gcp"])
+    assert code == 0
+    rows = [line for line in result.output.splitlines() if "n1-standard" in line]
+    assert rows and all("T4" in r for r in rows)
+    assert "aws" not in result.output.split("catalog:")[1]
+    code, result = invoke(cli_plan.catalog_group, ["--gpu", "X9"])
+    assert code == 2
+
+
+def _seed_spot_history(monkeypatch, records):
+    """moto answers describe_spot_price_history with a fixed price; serve a seeded history instead."""
+    from moto.core.responses import ActionResult
+    from moto.ec2.responses.spot_instances import SpotInstances
+
+    def seeded(self):
+        types = self._get_param("InstanceTypes", [])
+        return ActionResult({"SpotPriceHistory": [r for r in records if r["InstanceType"] in types
+                                                  and r["AvailabilityZone"].startswith(self.region)]})
+
+    monkeypatch.setattr(SpotInstances, "describe_spot_price_history", seeded)
+
+
+def test_catalog_refresh_under_moto_keeps_the_latest_cheapest_price_with_its_date(monkeypatch, dlrun_home):
+    from moto import mock_aws
+
+    from orchestrator.catalog import load_offers
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    history = [
+        {"InstanceType": "g4dn.xlarge", "AvailabilityZone": "us-east-1a", "SpotPrice": "0.1500",
+         "ProductDescription": "Linux/UNIX", "Timestamp": "2026-01-10T10:00:00Z"},
+        {"InstanceType": "g4dn.xlarge", "AvailabilityZone": "us-east-1a", "SpotPrice": "0.1900",
+         "ProductDescription": "Linux/UNIX", "Timestamp": "2026-01-11T10:00:00Z"},  # newer: replaces 0.15
+        {"InstanceType": "g4dn.xlarge", "AvailabilityZone": "us-east-1b", "SpotPrice": "0.1700",
+         "ProductDescription": "Linux/UNIX", "Timestamp": "2026-01-09T08:00:00Z"},  # cheapest latest
+        {"InstanceType": "g4dn.xlarge", "AvailabilityZone": "us-east-1c", "SpotPrice": "0.0100",
+         "ProductDescription": "Windows", "Timestamp": "2026-01-11T10:00:00Z"},  # not Linux
+        {"InstanceType": "p3.2xlarge", "AvailabilityZone": "us-east-1a", "SpotPrice": "0.9000",
+         "ProductDescription": "Linux/UNIX", "Timestamp": "2026-01-12T00:00:00Z"},
+    ]
+    _seed_spot_history(monkeypatch, history)
+    with mock_aws():
+        code, result = invoke(cli_plan.catalog_group, ["refresh", "--region", "us-east-1"])
+    assert code == 0, result.output
+    with open(dlrun_home / "spot_prices.csv") as f:
+        rows = {r["instance_type"]: r for r in csv.DictReader(f)}
+    assert rows["g4dn.xlarge"]["spot_price_per_hour"] == "0.17"
+    assert rows["g4dn.xlarge"]["price_date"] == "2026-01-09" and rows["g4dn.xlarge"]["zone"] == "us-east-1b"
+    g4 = next(o for o in load_offers() if o.key == "aws/us-east-1/g4dn.xlarge")
+    assert (g4.spot_price_per_hour, g4.spot_price_date) == (0.17, "2026-01-09")
+    untouched = next(o for o in load_offers() if o.key == "aws/us-west-2/g4dn.xlarge")
+    assert untouched.spot_price_date == untouched.price_date
+
+
+def test_catalog_refresh_with_plain_moto_keeps_moto_prices_and_dates(monkeypatch, dlrun_home):
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    from orchestrator.catalog_refresh import refresh_spot_prices
+
+    with mock_aws():
+        rows = refresh_spot_prices(["us-east-1"])
+    assert rows and all(r["price_date"] == "2006-01-02" and r["zone"].startswith("us-east-1") for r in rows)
