@@ -201,12 +201,14 @@ def record_run(c: sqlite3.Connection, schedule_id: str, due_at: float, fired_at:
     return cur.lastrowid
 
 
-def finish_run(store: Store, run_id: int, outcome: str, detail: str = "", job_id: str | None = None) -> None:
+def finish_runs(store: Store, results: list[tuple[int, str, str, str | None]]) -> None:
+    """Write the final (run_id, outcome, detail, job_id) of finished firings in one transaction."""
     with store.tx() as c:
-        # keep the firing's own note (e.g. "job file changed") ahead of the result's detail
-        c.execute("UPDATE schedule_runs SET outcome=?, job_id=COALESCE(?, job_id), detail=CASE "
-                  "WHEN ?='' THEN detail WHEN COALESCE(detail,'')='' THEN ? ELSE detail||'; '||? END WHERE id=?",
-                  (outcome, job_id, detail, detail, detail, run_id))
+        for run_id, outcome, detail, job_id in results:
+            # keep the firing's own note (e.g. "job file changed") ahead of the result's detail
+            c.execute("UPDATE schedule_runs SET outcome=?, job_id=COALESCE(?, job_id), detail=CASE "
+                      "WHEN ?='' THEN detail WHEN COALESCE(detail,'')='' THEN ? ELSE detail||'; '||? END "
+                      "WHERE id=?", (outcome, job_id, detail, detail, detail, run_id))
 
 
 def runs(store: Store, name: str) -> list[sqlite3.Row]:

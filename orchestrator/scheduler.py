@@ -296,19 +296,20 @@ class Scheduler:
         t.start()
 
     def collect_finished(self) -> int:
-        n = 0
+        done = []
         while True:
             try:
-                run_id, outcome, detail, job_id = self._done.get_nowait()
+                done.append(self._done.get_nowait())
             except queue.Empty:
                 break
-            ss.finish_run(self.store, run_id, outcome, detail, job_id)
+        if done:
+            ss.finish_runs(self.store, done)
+        for run_id, outcome, detail, job_id in done:
             log.info("run %s finished: %s%s%s", run_id, outcome, f" job {job_id}" if job_id else "",
                      f" ({detail})" if detail else "")
-            n += 1
         for sid in [s for s, t in self._inflight.items() if not t.is_alive()]:
             del self._inflight[sid]
-        return n
+        return len(done)
 
     def wait_idle(self, timeout: float | None = 30.0) -> None:
         """Join every running firing (all of them with timeout=None) and record the outcomes."""
