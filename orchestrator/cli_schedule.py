@@ -97,8 +97,11 @@ def list_(as_json):
 def runs(name, limit):
     """The firing history of one schedule: due time, outcome, job."""
     store = _store()
-    tz = ss.get_schedule(store, name)["tz"] if ss.get_schedule(store, name) else "UTC"
-    for r in ss.runs(store, name)[-limit:]:
+    history = ss.runs(store, name)
+    tz = ss.get_schedule(store, name)["tz"]
+    if not history:
+        click.echo(f"{name}: no firings yet")
+    for r in history[-limit:]:
         click.echo(f"{st.fmt_local(r['due_at'], tz)}  {r['outcome']:<16} {r['job_id'] or '-':<16} {r['detail'] or ''}")
 
 
