@@ -54,7 +54,7 @@ def plot_plan(plan, path: str | Path) -> Path:
     if plan.chosen:
         x, y = xy(plan.chosen)
         ax.scatter([x], [y], marker="*", s=320, color="gold", edgecolor="black", zorder=5,
-                   label=f"chosen: {plan.chosen.offer.label}{' spot' if plan.chosen.spot else ''}")
+                   label=f"chosen: {_name(plan.chosen)}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("estimated wall-clock time (hours, incl. start-up; log scale)")
@@ -68,3 +68,10 @@ def plot_plan(plan, path: str | Path) -> Path:
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def _name(c) -> str:
+    o = c.offer
+    where = "this machine" if o.cloud == "local" else f"{o.cloud} {o.region}"
+    gpu = f"{o.accelerator}×{o.accelerator_count}" if o.accelerator else "CPU"
+    return f"{where} {o.instance_type} ({gpu}){' spot' if c.spot else ''}"

@@ -75,6 +75,7 @@ def test_measure_times_real_local_steps_and_caches_the_profile(monkeypatch, dlru
         raise AssertionError("re-profiled a cached workload")
 
     monkeypatch.setattr(profile, "measure_local_step", boom)
+    monkeypatch.setattr(profile, "measure_local_step_robust", boom)
     monkeypatch.setattr(profile, "_static_profile", boom)
     again = profile.measure(w)
     assert again.local_step_seconds == p.local_step_seconds and again.ops == p.ops
