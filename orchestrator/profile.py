@@ -25,6 +25,8 @@ PROFILE_VERSION = 3
 # crowd the machine
 MAX_LOCAL_STEP_SECONDS = 2.0
 MAX_LOCAL_MEASURE_BYTES = 2e9
+# the built-in jobs train on CPU with one torch thread (jobs/train.py --cpu-threads 1): time steps alike
+LOCAL_CPU_THREADS = 1
 TOO_BIG_NOTE = "the model is too big to time on this machine: the local estimate comes from the CPU roofline"
 BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}
 OPTIMIZER_STATE_PER_PARAM = {"adam": 2, "adamw": 2, "sgd": 1}  # fp32 values per parameter
@@ -123,7 +125,7 @@ def measure(workload, *, measure_local: bool = True, refresh: bool = False) -> W
         small = prof.state_bytes + prof.activation_bytes <= MAX_LOCAL_MEASURE_BYTES
         if small and cpu_roofline_step_seconds(prof, cpu_probe()) <= MAX_LOCAL_STEP_SECONDS:
             prof.local_step_seconds = {"cpu": measure_local_step_robust(workload, "cpu")}
-            prof.local_threads = _torch_threads()
+            prof.local_threads = LOCAL_CPU_THREADS
         else:
             prof.note = TOO_BIG_NOTE
     tmp = path.with_suffix(".tmp")
@@ -335,7 +337,15 @@ def measure_local_step(workload, device: str = "cpu", *, min_steps: int = 8, war
 def measure_local_step_robust(workload, device: str = "cpu", rounds: int = 2) -> float:
     """The fastest of a few rounds' lower quintile: on a shared machine (2 cores, torch using both) a
     burst of load from other processes slows steps 10-50×; it never speeds them up."""
-    return min(measure_local_step(workload, device, quantile=0.2) for _ in range(rounds))
+    import torch
+
+    before = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(LOCAL_CPU_THREADS)
+    try:
+        return min(measure_local_step(workload, device, quantile=0.2) for _ in range(rounds))
+    finally:
+        torch.set_num_threads(before)
 
 
 def cpu_probe(*, refresh: bool = False) -> dict:
