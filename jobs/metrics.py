@@ -10,8 +10,10 @@ Inside a Ray job (RAY_ADDRESS set, or Ray already initialised, e.g. in a Ray Tra
 numeric values are also published as ray.util.metrics gauges (dlrun_epoch, dlrun_loss,
 dlrun_accuracy, dlrun_samples_per_second, dlrun_gpu_utilization, dlrun_gpu_memory_bytes,
 dlrun_accrued_cost when DLRUN_PRICE_PER_HOUR is set) tagged with job_id=$DLRUN_JOB_ID, so they show
-in the Ray dashboard. Ray is imported lazily; without it (or when it cannot connect) only the lines
-are printed.
+in the Ray dashboard (Prometheus names get Ray's prefix: ray_dlrun_loss{job_id="..."}). Ray
+exports them every 10 s: set DLRUN_METRICS_FLUSH_S=11 to keep a short job alive long enough for its
+last values to be exported. Ray is imported lazily; without it (or when it cannot connect) only
+the lines are printed.
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ METRIC_PREFIX = "DLRUN_METRIC "
 RESULT_PREFIX = "DLRUN_RESULT "
 JOB_ID_ENV = "DLRUN_JOB_ID"
 PRICE_ENV = "DLRUN_PRICE_PER_HOUR"
+# Ray exports gauges every metrics_report_interval_ms (10 s by default), so a short job can end
+# before its last values are exported; this many seconds of waiting after the result fixes that.
+FLUSH_ENV = "DLRUN_METRICS_FLUSH_S"
 
 # metric key in the DLRUN_METRIC line -> Ray gauge name
 GAUGES = {
@@ -57,6 +62,11 @@ def report_event(event: str, **fields) -> None:
 def report_result(**metrics) -> None:
     """The final metrics of the run (printed once, at the end)."""
     _emit(RESULT_PREFIX, metrics)
+    if _gauges:
+        try:
+            time.sleep(max(0.0, float(os.environ.get(FLUSH_ENV) or 0)))
+        except ValueError:
+            pass
 
 
 def parse_line(line: str) -> tuple[str, dict] | None:

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -74,9 +74,10 @@ class Precision:
     name: str  # fp32 | fp16 | bf16
     dtype: torch.dtype | None = field(default=None)
 
-    @property
-    def autocast(self) -> bool:
-        return self.dtype is not None
+    def autocast(self, device: torch.device):
+        if self.dtype is None:
+            return nullcontext()  # not even a disabled autocast on the fp32 hot path
+        return torch.autocast(device.type, dtype=self.dtype)
 
 
 def parse_args(job: Job, argv: list[str] | None = None) -> TrainConfig:
@@ -231,12 +232,16 @@ def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device) -> dic
         for i in range(0, len(order), cfg.batch_size):
             idx = order[i:i + cfg.batch_size]
             xb, yb = train_x[idx], train_y[idx]
-            with torch.autocast(device.type, dtype=precision.dtype, enabled=precision.autocast):
+            with precision.autocast(device):
                 loss = loss_fn(net(xb), yb)
             optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+            if scaler.is_enabled():
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
             loss_sum += loss.detach() * len(idx)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -274,7 +279,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: Prec
     model.eval()
     loss_sum, correct = 0.0, 0
     for i in range(0, len(x), EVAL_BATCH):
-        with torch.autocast(device.type, dtype=precision.dtype, enabled=precision.autocast):
+        with precision.autocast(device):
             logits = model(x[i:i + EVAL_BATCH])
         target = y[i:i + EVAL_BATCH]
         loss_sum += nn.functional.cross_entropy(logits.float(), target, reduction="sum").item()
@@ -319,7 +324,9 @@ def train_with_ray(job: Job, cfg: TrainConfig) -> dict:
     result_box = ray.remote(num_cpus=0)(_ResultBox).remote()
     trainer = TorchTrainer(
         _ray_train_worker,
-        train_loop_config={"module": job.module, "config": asdict(cfg), "result_box": result_box},
+        train_loop_config={"module": job.module, "config": asdict(cfg), "result_box": result_box,
+                           # Ray starts workers with the raylet's environment, not ours
+                           "env": {k: v for k, v in os.environ.items() if k.startswith("DLRUN_")}},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
         run_config=RunConfig(name=f"dlrun-{job.name}-{os.getpid()}"),
@@ -347,6 +354,7 @@ def _ray_train_worker(loop_config: dict) -> None:
     import ray.train
     import ray.train.torch
 
+    os.environ.update(loop_config["env"])
     job: Job = importlib.import_module(loop_config["module"]).JOB
     ctx = ray.train.get_context()
     device = ray.train.torch.get_device()

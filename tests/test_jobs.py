@@ -5,10 +5,13 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -121,11 +124,7 @@ def test_killed_job_resumes_from_its_checkpoint_with_identical_results(cnn_refer
 def moto_s3(monkeypatch):
     from moto.server import ThreadedMotoServer
 
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     for var, value in (("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}"),
@@ -251,11 +250,46 @@ def test_metric_lines_without_ray_or_torch():
     assert parse_line("DLRUN_METRIC {broken") is None and parse_line("hello") is None
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def local_ray():
+    """A private Ray instance whose metrics agent exports every second on a known port."""
+    import ray
+
+    metrics_port = free_port()
+    context = ray.init(address="local", num_cpus=3, include_dashboard=False,
+                       _metrics_export_port=metrics_port,
+                       _system_config={"metrics_report_interval_ms": 1000})
+    yield context.address_info["gcs_address"], metrics_port
+    ray.shutdown()
+
+
+def scrape_dlrun_gauges(port: int, job_id: str) -> dict:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    pattern = re.compile(r'^ray_(dlrun_\w+)\{[^}]*job_id="' + re.escape(job_id) + r'"[^}]*\} (\S+)$')
+    return {m.group(1): float(m.group(2)) for m in map(pattern.match, text.splitlines()) if m}
+
+
 @pytest.mark.ray
-def test_two_worker_torchtrainer_run_on_cpu(tmp_path):
+def test_two_worker_torchtrainer_run_publishes_ray_gauges(tmp_path, local_ray):
+    gcs_address, metrics_port = local_ray
     ckpt = tmp_path / "ckpt"
     epochs, _, result = run_job("cnn", "--num-workers", "2", "--epochs", "2",
-                                "--checkpoint-dir", str(ckpt), timeout=300)
+                                "--checkpoint-dir", str(ckpt), timeout=300,
+                                RAY_ADDRESS=gcs_address, DLRUN_JOB_ID="job-under-test")
     assert result["world_size"] == 2 and result["device"] == "cpu"
     assert [m["epoch"] for m in epochs] == [1, 2]  # rank 0 only reports
     assert open_checkpoints(str(ckpt)).epochs() == [1, 2]
+
+    deadline, gauges = time.monotonic() + 15, {}
+    while gauges.get("dlrun_epoch") != 2.0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        gauges = scrape_dlrun_gauges(metrics_port, "job-under-test")
+    assert gauges.get("dlrun_epoch") == 2.0, gauges
+    assert gauges["dlrun_accuracy"] == pytest.approx(result["accuracy"])
+    assert gauges["dlrun_samples_per_second"] > 0
