@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -179,6 +179,18 @@ def train(job: Job, cfg: TrainConfig, where: Rank | None = None) -> dict:
         return _train(job, cfg, where, device)
 
 
+def _load_latest(store, where: Rank, device: torch.device) -> dict | None:
+    """The newest checkpoint; in a data-parallel group rank 0 reads it and sends it to all (the
+    other ranks may sit on nodes that cannot see a local checkpoint directory)."""
+    state = store.load_latest() if store is not None and where.is_main else None
+    if where.world_size > 1:
+        box = [state]
+        torch.distributed.broadcast_object_list(box, src=0,
+                                                device=device if device.type == "cuda" else None)
+        state = box[0]
+    return state
+
+
 def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device) -> dict:
     started = time.perf_counter()
     precision = resolve_precision(cfg.precision, device)
@@ -195,7 +207,7 @@ def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device) -> dic
     store = open_checkpoints(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     history: list[dict] = []
     start_epoch = 0
-    state = store.load_latest() if store else None
+    state = _load_latest(store, where, device)
     if state is not None:
         if state.get("job") != job.name:
             raise CheckpointError(f"the checkpoint at {store.location} belongs to job "
@@ -203,14 +215,14 @@ def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device) -> dic
                                   "--checkpoint-dir")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
+        if state["scaler"] and scaler.is_enabled():  # precision may differ after a move (T4 -> A100)
+            scaler.load_state_dict(state["scaler"])
         _restore_rng(state["rng"])
         history = list(state["history"])
         start_epoch = int(state["epoch"])
         if where.is_main:
             report_event("resumed", epoch=start_epoch, checkpoint=store.location)
     if where.world_size > 1:
-        torch.distributed.barrier()  # everyone has read the checkpoint before rank 0 prunes it
         ids = [device.index] if device.type == "cuda" else None
         net: nn.Module = nn.parallel.DistributedDataParallel(model, device_ids=ids)
     else:
@@ -291,76 +303,14 @@ def run_job(job: Job, argv: list[str] | None = None) -> dict:
     """The `python -m jobs.<name>` entry point: train, print DLRUN_RESULT, return the result."""
     cfg = parse_args(job, argv)
     try:
-        result = train_with_ray(job, cfg) if cfg.num_workers > 1 else train(job, cfg)
+        if cfg.num_workers > 1:
+            from jobs.ray_train import train_with_ray
+
+            result = train_with_ray(job, cfg)
+        else:
+            result = train(job, cfg)
     except (CheckpointError, JobConfigError) as e:
         print(f"{job.name}: error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(2)
     report_result(**result)
     return result
-
-
-def train_with_ray(job: Job, cfg: TrainConfig) -> dict:
-    """Data-parallel training through Ray Train's TorchTrainer (gloo on CPU, NCCL on GPUs).
-
-    Attaches to the Ray cluster of $RAY_ADDRESS (as inside a Ray job), else starts a private
-    local one. Rank 0 writes the checkpoints and prints the per-epoch lines.
-    """
-    import ray
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
-    if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init(log_to_driver=True)
-        else:
-            ray.init(address="local", include_dashboard=False,
-                     num_cpus=max(os.cpu_count() or 1, cfg.num_workers + 1))
-    if cfg.device == "auto":
-        use_gpu = ray.cluster_resources().get("GPU", 0) >= cfg.num_workers
-    else:
-        use_gpu = cfg.device == "cuda"
-    # Ray Train V2 keeps reported metrics only alongside checkpoints, and ours live in the
-    # job's own checkpoint location, so rank 0 hands its result to this tiny actor instead.
-    result_box = ray.remote(num_cpus=0)(_ResultBox).remote()
-    trainer = TorchTrainer(
-        _ray_train_worker,
-        train_loop_config={"module": job.module, "config": asdict(cfg), "result_box": result_box,
-                           # Ray starts workers with the raylet's environment, not ours
-                           "env": {k: v for k, v in os.environ.items() if k.startswith("DLRUN_")}},
-        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
-        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-        run_config=RunConfig(name=f"dlrun-{job.name}-{os.getpid()}"),
-    )
-    outcome = trainer.fit()
-    if outcome.error is not None:
-        raise outcome.error
-    return ray.get(result_box.get.remote())
-
-
-class _ResultBox:
-    def __init__(self):
-        self.result = None
-
-    def put(self, result: dict) -> None:
-        self.result = result
-
-    def get(self) -> dict | None:
-        return self.result
-
-
-def _ray_train_worker(loop_config: dict) -> None:
-    import importlib
-
-    import ray.train
-    import ray.train.torch
-
-    os.environ.update(loop_config["env"])
-    job: Job = importlib.import_module(loop_config["module"]).JOB
-    ctx = ray.train.get_context()
-    device = ray.train.torch.get_device()
-    where = Rank(rank=ctx.get_world_rank(), world_size=ctx.get_world_size(), device=str(device))
-    result = train(job, TrainConfig(**loop_config["config"]), where)
-    if where.is_main:
-        import ray
-
-        ray.get(loop_config["result_box"].put.remote(result))

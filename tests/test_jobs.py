@@ -276,20 +276,22 @@ def scrape_dlrun_gauges(port: int, job_id: str) -> dict:
 
 
 @pytest.mark.ray
-def test_two_worker_torchtrainer_run_publishes_ray_gauges(tmp_path, local_ray):
+def test_two_worker_torchtrainer_run_resumes_and_publishes_ray_gauges(tmp_path, local_ray):
     gcs_address, metrics_port = local_ray
     ckpt = tmp_path / "ckpt"
-    epochs, _, result = run_job("cnn", "--num-workers", "2", "--epochs", "2",
-                                "--checkpoint-dir", str(ckpt), timeout=300,
-                                RAY_ADDRESS=gcs_address, DLRUN_JOB_ID="job-under-test")
+    run_job("cnn", "--epochs", "1", "--checkpoint-dir", str(ckpt))  # a single-process epoch 1
+    epochs, events, result = run_job("cnn", "--num-workers", "2", "--epochs", "3",
+                                     "--checkpoint-dir", str(ckpt), timeout=300,
+                                     RAY_ADDRESS=gcs_address, DLRUN_JOB_ID="job-under-test")
     assert result["world_size"] == 2 and result["device"] == "cpu"
-    assert [m["epoch"] for m in epochs] == [1, 2]  # rank 0 only reports
-    assert open_checkpoints(str(ckpt)).epochs() == [1, 2]
+    assert [e["epoch"] for e in events] == [1] and result["resumed_from"] == 1
+    assert [m["epoch"] for m in epochs] == [2, 3]  # rank 0 only reports
+    assert open_checkpoints(str(ckpt)).epochs() == [2, 3]
 
     deadline, gauges = time.monotonic() + 15, {}
-    while gauges.get("dlrun_epoch") != 2.0 and time.monotonic() < deadline:
+    while gauges.get("dlrun_epoch") != 3.0 and time.monotonic() < deadline:
         time.sleep(0.5)
         gauges = scrape_dlrun_gauges(metrics_port, "job-under-test")
-    assert gauges.get("dlrun_epoch") == 2.0, gauges
+    assert gauges.get("dlrun_epoch") == 3.0, gauges
     assert gauges["dlrun_accuracy"] == pytest.approx(result["accuracy"])
     assert gauges["dlrun_samples_per_second"] > 0
