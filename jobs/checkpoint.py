@@ -194,7 +194,7 @@ class GcsCheckpoints(Checkpoints):
 
 
 def open_checkpoints(location: str | None = None) -> Checkpoints | None:
-    """The checkpoint store at `location` (default: $DLRUN_CHECKPOINT_DIR); None when neither is set."""
+    """The store at `location` (default: $DLRUN_CHECKPOINT_DIR); None when neither is set."""
     location = location if location is not None else os.environ.get(CHECKPOINT_ENV, "")
     location = location.strip()
     if not location:

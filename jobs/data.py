@@ -42,7 +42,7 @@ def _split(transform) -> Split:
 
 
 def digit_images(size: int = 8) -> Split:
-    """Images shaped (N, 1, size, size); sizes other than 8 are bilinearly resized (deterministic)."""
+    """Images shaped (N, 1, size, size); other sizes than 8 are resized bilinearly."""
     def to_images(x: torch.Tensor) -> torch.Tensor:
         x = x.unsqueeze(1)
         if size != 8:

@@ -2,9 +2,9 @@
 
 Every call prints one line to stdout, flushed, which the dlrun runner parses from the job's log:
 
-    DLRUN_METRIC {"epoch":3,"epochs":20,"loss":0.41,...}     report(epoch=3, epochs=20, loss=0.41, ...)
-    DLRUN_METRIC {"event":"resumed","epoch":2}               report_event("resumed", epoch=2)
-    DLRUN_RESULT {"accuracy":0.97,...}                       report_result(accuracy=0.97, ...)
+    DLRUN_METRIC {"epoch":3,"epochs":20,"loss":0.41,...}   <- report(epoch=3, epochs=20, ...)
+    DLRUN_METRIC {"event":"resumed","epoch":2}             <- report_event("resumed", epoch=2)
+    DLRUN_RESULT {"accuracy":0.97,...}                     <- report_result(accuracy=0.97, ...)
 
 Inside a Ray job (RAY_ADDRESS set, or Ray already initialised, e.g. in a Ray Train worker) the
 numeric values are also published as ray.util.metrics gauges (dlrun_epoch, dlrun_loss,
@@ -48,7 +48,7 @@ _gauges: dict | None = None  # None: not tried yet; {}: Ray unavailable, print o
 
 
 def report(**metrics) -> None:
-    """One epoch's metrics (epoch, epochs, loss, val_loss, accuracy, samples_per_s, elapsed_s, ...)."""
+    """One epoch's metrics: epoch, epochs, loss, val_loss, accuracy, samples_per_s, elapsed_s."""
     metrics.update(_gpu_stats())
     _emit(METRIC_PREFIX, metrics)
     _publish(metrics)

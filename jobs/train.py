@@ -215,7 +215,8 @@ def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device) -> dic
                                   "--checkpoint-dir")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        if state["scaler"] and scaler.is_enabled():  # precision may differ after a move (T4 -> A100)
+        # the precision may differ after a move (fp16 on a T4 -> bf16 on an A100)
+        if state["scaler"] and scaler.is_enabled():
             scaler.load_state_dict(state["scaler"])
         _restore_rng(state["rng"])
         history = list(state["history"])

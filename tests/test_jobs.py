@@ -271,7 +271,8 @@ def local_ray():
 
 def scrape_dlrun_gauges(port: int, job_id: str) -> dict:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    pattern = re.compile(r'^ray_(dlrun_\w+)\{[^}]*job_id="' + re.escape(job_id) + r'"[^}]*\} (\S+)$')
+    pattern = re.compile(r'^ray_(dlrun_\w+)\{[^}]*job_id="' + re.escape(job_id)
+                         + r'"[^}]*\} (\S+)$')
     return {m.group(1): float(m.group(2)) for m in map(pattern.match, text.splitlines()) if m}
 
 
