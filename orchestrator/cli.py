@@ -13,8 +13,8 @@ from orchestrator.errors import EXIT_INTERRUPTED, DlrunError
 
 # commands living in their own modules, loaded only when used (or listed by --help)
 LAZY_COMMANDS = {
-    "plan": ("orchestrator.cli_plan", "plan"),
-    "catalog": ("orchestrator.cli_plan", "catalog"),
+    "plan": ("orchestrator.cli_plan", "plan_command"),
+    "catalog": ("orchestrator.cli_plan", "catalog_group"),
     "schedule": ("orchestrator.cli_schedule", "schedule"),
     "scheduler": ("orchestrator.cli_schedule", "scheduler"),
     "cost-report": ("orchestrator.cli_report", "cost_report"),
@@ -29,10 +29,7 @@ class LazyGroup(click.Group):
     def get_command(self, ctx, name):
         if name in LAZY_COMMANDS:
             module, attr = LAZY_COMMANDS[name]
-            try:
-                return getattr(importlib.import_module(module), attr)
-            except (ImportError, AttributeError):
-                return None
+            return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
 
 
