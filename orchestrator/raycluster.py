@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -61,6 +62,10 @@ def dashboard_alive(url: str, timeout: float = 1.0) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/api/version", timeout=timeout) as r:
             return r.status == 200 and "ray_version" in json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        # a head with token authentication answers 401 to a request without its token: it is up,
+        # and JobSubmissionClient sends the token when RAY_AUTH_MODE=token is set
+        return e.code == 401
     except Exception:
         return False
 
@@ -122,7 +127,11 @@ def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeou
            f"--metrics-export-port={metrics_port}", "--include-dashboard=true"]
     if num_cpus:
         cmd.append(f"--num-cpus={num_cpus}")
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    # Ray >= 2.5x turns token authentication on by itself once ~/.ray/auth_token exists (any earlier
+    # local ray.init() writes one), and then refuses every client that lacks it. The head dlrun starts
+    # listens on 127.0.0.1 only; its auth mode is explicit: the user's RAY_AUTH_MODE, else disabled.
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0",
+               RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"))
     log = open(dlrun_home() / "local_head.log", "ab")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env=env, start_new_session=True)

@@ -1,0 +1,139 @@
+"""End to end on a real local Ray head: submit, status, Ray's own job list, resume, down."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import raycluster
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """One real Ray head for the module, started the way dlrun starts it (own process group)."""
+    home = tmp_path_factory.mktemp("head-home")
+    # a token left in ~/.ray by any earlier local ray.init() must not lock dlrun out of its own head
+    user_home = tmp_path_factory.mktemp("user-home")
+    (user_home / ".ray").mkdir()
+    (user_home / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)
+    saved = {k: os.environ.get(k) for k in ("DLRUN_HOME", "HOME", "RAY_AUTH_MODE")}
+    os.environ.update(DLRUN_HOME=str(home), HOME=str(user_home))
+    os.environ.pop("RAY_AUTH_MODE", None)
+    try:
+        head = raycluster.start_local_head(dashboard_port=raycluster.free_port(), num_cpus=2)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    yield head
+    raycluster.stop_local_head(head)
+
+
+def dlrun(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=timeout)
+
+
+@pytest.fixture
+def env(ray_head, dlrun_home):
+    return dict(os.environ, DLRUN_RAY_ADDRESS=ray_head.dashboard_url, DLRUN_HOME=str(dlrun_home),
+                RAY_USAGE_STATS_ENABLED="0")
+
+
+def _job_from(stdout: str) -> str:
+    return stdout.split()[0]
+
+
+def test_submit_digits_cnn_and_lstm(env, ray_head, tmp_path):
+    r = dlrun("submit", "configs/examples/digits_cnn.yaml", "--max-cost", "5", "--backend", "local", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    job = _job_from(r.stdout)
+    acc = float(r.stdout.split("accuracy=")[1].split()[0])
+    assert acc >= 0.95, r.stdout
+
+    r2 = dlrun("submit", "configs/examples/digits_lstm.yaml", "--backend", "local", env=env)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert float(r2.stdout.split("accuracy=")[1].split()[0]) >= 0.90, r2.stdout
+
+    st = json.loads(dlrun("status", "--json", env=env).stdout)
+    mine = {j["id"]: j for j in st}
+    assert mine[job]["status"] == "SUCCEEDED" and mine[job]["backend"] == "local"
+    assert mine[job]["ray_submission_id"] and mine[job]["est_cost"] is not None
+    assert mine[job]["actual_run_seconds"] > 0
+
+    # Ray's own CLI lists the job, and its metadata is dlrun's
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    out = subprocess.run([ray_bin, "job", "list", "--address", ray_head.dashboard_url],
+                         capture_output=True, text=True, env=env, timeout=60).stdout
+    assert mine[job]["ray_submission_id"] in out
+    from ray.job_submission import JobSubmissionClient
+
+    info = JobSubmissionClient(ray_head.dashboard_url).get_job_info(mine[job]["ray_submission_id"])
+    assert info.metadata["dlrun_job_id"] == job
+    assert info.metadata["backend"] == "local" and float(info.metadata["max_cost"]) == 5.0
+    assert all(isinstance(v, str) for v in info.metadata.values())
+
+    # the history has timestamps for every transition
+    detail = json.loads(dlrun("status", job, "--json", env=env).stdout)
+    statuses = [e["status"] for e in detail["events"] if e["kind"] == "status"]
+    assert statuses[0] == "PENDING" and statuses[-1] == "SUCCEEDED" and "RUNNING" in statuses
+
+    logs = dlrun("logs", job, env=env).stdout
+    assert "DLRUN_RESULT" in logs
+
+
+def test_killed_job_resumes_from_checkpoint(env, tmp_path):
+    job_file = tmp_path / "long.yaml"
+    ckpt = tmp_path / "ckpt"
+    job_file.write_text(
+        (ROOT / "configs/examples/digits_cnn.yaml").read_text().replace("epochs: 20", "epochs: 40")
+        + f"checkpoint: {ckpt}\n")
+    r = dlrun("submit", str(job_file), "--backend", "local", "--detach", env=env)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    deadline = time.time() + 180
+    while time.time() < deadline:  # wait for the first epochs' checkpoints
+        if list(ckpt.rglob("*.pt")) and "epoch" in dlrun("logs", job, env=env).stdout:
+            break
+        time.sleep(1)
+    time.sleep(3)
+    r = dlrun("cancel", job, env=env)
+    assert r.returncode == 0, r.stderr
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        st = json.loads(dlrun("status", job, "--json", env=env).stdout)
+        if st["status"] == "CANCELLED":
+            break
+        time.sleep(1)
+    assert st["status"] == "CANCELLED"
+
+    r = dlrun("submit", str(job_file), "--backend", "local", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "resumed from checkpoint at epoch" in r.stderr
+    new_job = _job_from(r.stdout)
+    resumed = json.loads(dlrun("status", new_job, "--json", env=env).stdout)
+    kinds = [e["kind"] for e in resumed["events"]]
+    assert "resumed" in kinds
+
+
+def test_down_stops_only_the_head_dlrun_started(ray_head, dlrun_home, tmp_path):
+    env = dict(os.environ, DLRUN_HOME=str(dlrun_home), DLRUN_DASHBOARD_PORT=str(raycluster.free_port()),
+               RAY_USAGE_STATS_ENABLED="0")
+    env.pop("DLRUN_RAY_ADDRESS", None)
+    code = "from orchestrator.raycluster import ensure_local_head; print(ensure_local_head().pgid)"
+    pgid = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                              cwd=ROOT, timeout=120, check=True).stdout.strip())
+    r = dlrun("down", env=env)
+    assert r.returncode == 0 and f"process group {pgid}" in r.stdout
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+    assert raycluster.dashboard_alive(ray_head.dashboard_url)  # the other head is untouched
+    assert "nothing to stop" in dlrun("down", env=env).stdout
