@@ -46,8 +46,10 @@ class GcpProvider:
 
     def __init__(self, project: str | None = None, credentials=None, api_endpoint: str | None = None,
                  ssh_cidr: str | None = None, zones: dict[str, list[str]] | None = None):
+        # DLRUN_GCP_API_ENDPOINT points the client at a Compute Engine emulator (the tests' fake server)
+        api_endpoint = api_endpoint or os.environ.get("DLRUN_GCP_API_ENDPOINT") or None
         self._project, self._credentials, self.api_endpoint = project, credentials, api_endpoint
-        self.ssh_cidr = ssh_cidr
+        self.ssh_cidr = ssh_cidr or os.environ.get("DLRUN_SSH_CIDR") or None
         self.zones = {**DEFAULT_ZONES, **(zones or {})}
         self._clients: dict[str, object] | None = None
         self._terminated: set[str] = set()

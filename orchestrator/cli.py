@@ -105,7 +105,11 @@ def _print_plan(plan) -> None:
 def status(job_id, as_json, show_all):
     """The jobs (or one job with its history), with accrued cost."""
     from orchestrator import status as st
+    from orchestrator.reconcile import reconcile
+    from orchestrator.store import default_store
 
+    for line in reconcile(default_store()):  # jobs whose supervisor died are picked up again
+        click.echo(line, err=True)
     if job_id:
         st.show_job(job_id, as_json=as_json)
     else:

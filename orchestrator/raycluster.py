@@ -124,7 +124,12 @@ def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeou
     cmd = [ray_bin, "start", "--head", "--block", "--disable-usage-stats",
            f"--port={gcs_port}", "--node-ip-address=127.0.0.1",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-           f"--metrics-export-port={metrics_port}", "--include-dashboard=true"]
+           f"--metrics-export-port={metrics_port}", "--include-dashboard=true",
+           # Ray's fixed default ports (agent 52365, client 10001, ...) clash with any other Ray on
+           # this machine and the losing head never gets a job agent: take free ones
+           f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+           f"--runtime-env-agent-port={free_port()}", f"--ray-client-server-port={free_port()}",
+           f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}"]
     if num_cpus:
         cmd.append(f"--num-cpus={num_cpus}")
     # Ray >= 2.5x turns token authentication on by itself once ~/.ray/auth_token exists (any earlier
@@ -191,12 +196,20 @@ class RayJobs:
         self.client = JobSubmissionClient(address)
 
     def submit(self, *, entrypoint: str, submission_id: str, runtime_env: dict, metadata: dict,
-               entrypoint_num_gpus: float | None = None) -> str:
+               entrypoint_num_gpus: float | None = None, agent_wait_s: float = 120.0) -> str:
         # Ray job metadata values must be strings
         meta = {str(k): str(v) for k, v in metadata.items() if v is not None}
-        return self.client.submit_job(entrypoint=entrypoint, submission_id=submission_id,
-                                      runtime_env=runtime_env, metadata=meta,
-                                      entrypoint_num_gpus=entrypoint_num_gpus)
+        deadline = time.monotonic() + agent_wait_s
+        while True:
+            try:
+                return self.client.submit_job(entrypoint=entrypoint, submission_id=submission_id,
+                                              runtime_env=runtime_env, metadata=meta,
+                                              entrypoint_num_gpus=entrypoint_num_gpus)
+            except RuntimeError as e:
+                # a head that has just come up answers before its job agent is ready
+                if "No available agent" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
     def status(self, submission_id: str) -> str:
         return str(self.client.get_job_status(submission_id).value)

@@ -17,12 +17,13 @@ import time
 from dataclasses import dataclass, field
 
 from orchestrator.display import JobView, PlainDisplay
-from orchestrator.entrypoint import checkpoint_location, entrypoint, num_workers, run_key, runtime_env
+from orchestrator.entrypoint import checkpoint_location, run_key
 from orchestrator.errors import (CloudCredentialsError, JobFailedError, NothingFitsError,
                                  ProvisioningFailedError)
 from orchestrator.spec import JobSpec
-from orchestrator.store import LIVE, Store, default_store, new_id
-from orchestrator.watch import CostMeter, Outcome, Watcher
+from orchestrator.store import LIVE, Store, default_store
+from orchestrator.attempt import AttemptContext, reattach, run_attempt
+from orchestrator.watch import Outcome
 
 EXIT_BY_STATUS = {"SUCCEEDED": 0, "FAILED": 1, "CANCELLED": 130, "BUDGET_EXCEEDED": 1}
 
@@ -81,12 +82,13 @@ def submit(spec: JobSpec, *, backend: str | None = None, detach: bool = False, s
     return execute(job_id, store=store, display=display, first_plan=plan)
 
 
-def spawn_supervisor(job_id: str) -> int:
-    """A small process that outlives the terminal and runs execute(job_id) (restartable)."""
+def spawn_supervisor(job_id: str, resume: bool = False) -> int:
+    """A small process that outlives the terminal and runs execute(job_id) (restartable: --resume)."""
     from orchestrator.store import dlrun_home
 
     log = open(dlrun_home() / f"supervisor-{job_id}.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.supervisor", job_id], stdout=log,
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.supervisor", job_id,
+                             *(["--resume"] if resume else [])], stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                             env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
     return proc.pid
@@ -100,42 +102,48 @@ def _block_key(offer, scope: str, cloud_error_region: str = "") -> str:
     return offer.key
 
 
-def execute(job_id: str, *, store: Store | None = None, display=None, first_plan=None,
-            poll_s: float = 0.5) -> SubmitResult:
+def execute(job_id: str, *, store: Store | None = None, display=None, first_plan=None, poll_s: float = 0.5,
+            node_poll_s: float | None = None, clock=time.time, resume: bool = False) -> SubmitResult:
+    """Run job_id to its end. resume=True first re-attaches to the attempt a dead supervisor left."""
     from infra import get_provider
     from infra.base import ProviderError
 
     store = store or default_store()
     row = store.get_job(job_id)
     spec = JobSpec.model_validate_json(row["spec_json"])
+    store.update_job(job_id, supervisor_pid=os.getpid())
     display = display or PlainDisplay()
     view = JobView(job_id=job_id, name=spec.name, max_cost=spec.budget.max_cost)
+    key = run_key(spec) if row["schedule_id"] is None else job_id
+    ctx = AttemptContext(job_id=job_id, spec=spec, store=store, display=display, view=view,
+                         checkpoint=checkpoint_location(spec, key), poll_s=poll_s,
+                         node_poll_s=node_poll_s or float(os.environ.get("DLRUN_NODE_POLL_S", 5.0)),
+                         clock=clock)
     blocked: set[str] = set()
     tried: list[str] = []
     only_credentials = True
     preemptions = row["preemptions"] or 0
-    force_on_demand = False
-    key = run_key(spec) if row["schedule_id"] is None else job_id
-    checkpoint = checkpoint_location(spec, key)
+    restarts = 0
     plan = first_plan
+    cand = None
     try:
+        outcome = reattach(ctx, get_provider) if resume else None
         while True:
-            store.set_status(job_id, "PLANNING")
-            view.phase = "planning"
-            display.update(view)
-            plan_spec = spec
-            if force_on_demand:
-                plan_spec = spec.model_copy(update={"resources": spec.resources.model_copy(update={"spot": "never"})})
-            if plan is None:
-                plan = make_plan(plan_spec, frozenset(blocked), store)
-                plan = _remaining_budget_plan(plan, spec, store, job_id)
-            if plan.chosen is None:
-                if tried:
-                    err = CloudCredentialsError if only_credentials else ProvisioningFailedError
-                    raise err("provisioning failed everywhere: " + "; ".join(tried))
-                _require_choice(plan, spec)
-            cand, plan = plan.chosen, None
-            outcome = _attempt(job_id, spec, cand, store, display, view, checkpoint, get_provider, poll_s)
+            if outcome is None:
+                if plan is None:
+                    store.set_status(job_id, "PLANNING")
+                    view.phase = "planning"
+                    display.update(view)
+                    on_demand = preemptions >= spec.max_preemptions
+                    plan = make_plan(_recovery_spec(spec, on_demand, store, job_id), frozenset(blocked), store)
+                    plan = _fit_remaining_budget(plan, spec, store, job_id)
+                if plan.chosen is None:
+                    if tried:
+                        err = CloudCredentialsError if only_credentials else ProvisioningFailedError
+                        raise err("provisioning failed everywhere: " + "; ".join(tried))
+                    _require_choice(plan, spec)
+                cand, plan = plan.chosen, None
+                outcome = run_attempt(ctx, cand, get_provider)
             if isinstance(outcome, ProviderError):
                 scope = outcome.scope
                 blocked.add(_block_key(cand.offer, scope, outcome.region))
@@ -143,146 +151,81 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
                 tried.append(f"{cand.offer.label}{' spot' if cand.spot else ''}: {outcome.message}")
                 display.message(f"{cand.offer.label}: {outcome.message} — trying the next candidate")
                 store.add_event(job_id, "provision_failed", {"offer": cand.offer.key, "error": outcome.message})
-                continue
-            if outcome.kind == "PREEMPTED":
-                preemptions += 1
-                store.update_job(job_id, preemptions=preemptions)
+            elif outcome.kind in ("PREEMPTED", "RELAUNCH"):
+                if outcome.kind == "PREEMPTED":
+                    preemptions += 1
+                    store.update_job(job_id, preemptions=preemptions)
+                    display.message(f"preempted ({outcome.detail}); recovering from the last checkpoint")
+                    if cand is not None:  # block that spot pool (zone), or the region of an on-demand loss
+                        blocked.add(cand.offer.key if cand.spot else f"{cand.offer.cloud}/{cand.offer.region}")
                 store.set_status(job_id, "RECOVERING", outcome.detail)
-                display.message(f"preempted ({outcome.detail}); recovering from the last checkpoint")
-                blocked.add(cand.offer.key if cand.spot else f"{cand.offer.cloud}/{cand.offer.region}")
-                if preemptions >= spec.max_preemptions:
-                    force_on_demand = True
-                continue
-            return _finish(job_id, spec, outcome, store, display, view)
+            elif outcome.kind == "FAILED" and restarts < spec.max_restarts_on_errors:
+                restarts += 1  # a user-code failure is not a preemption: retried only this often
+                store.add_event(job_id, "restart_on_error", {"restart": restarts, "detail": outcome.detail})
+                display.message(f"the job failed; restart {restarts} of {spec.max_restarts_on_errors}")
+            else:
+                return _finish(job_id, spec, outcome, store, display, view)
+            outcome = None
     except KeyboardInterrupt:
         store.set_status(job_id, "CANCELLED", "interrupted")
         raise
     except Exception as e:
         current = store.get_job(job_id)["status"]
         if current in LIVE:
-            store.set_status(job_id, "FAILED", str(e)[:500], message=str(e)[:500])
+            status = "BUDGET_EXCEEDED" if isinstance(e, BudgetExhaustedError) else "FAILED"
+            store.set_status(job_id, status, str(e)[:500], message=str(e)[:500])
         raise
 
 
-def _remaining_budget_plan(plan, spec: JobSpec, store: Store, job_id: str):
+class BudgetExhaustedError(NothingFitsError):
+    """Recovery would need more than what is left of max_cost."""
+
+
+def _recovery_spec(spec: JobSpec, on_demand: bool, store: Store, job_id: str) -> JobSpec:
+    """After a first attempt: the budget is checked against the remaining work (_fit_remaining_budget),
+    and after max_preemptions only on-demand offers are considered."""
+    updates = {}
+    if on_demand:
+        updates["resources"] = spec.resources.model_copy(update={"spot": "never"})
+    if store.get_job(job_id)["attempts"]:
+        updates["budget"] = spec.budget.model_copy(update={"max_cost": None})
+    return spec.model_copy(update=updates) if updates else spec
+
+
+def remaining_fraction(store: Store, job_id: str) -> float:
+    """The share of the epochs still to train, from the last epoch the job reported."""
+    raw = store.get_job(job_id)["metrics_json"]
+    m = json.loads(raw) if raw else {}
+    if m.get("epoch") and m.get("epochs"):
+        return max(0.0, 1.0 - float(m["epoch"]) / float(m["epochs"]))
+    return 1.0
+
+
+def remaining_cost(estimate, fraction: float) -> float:
+    """Start-up again, plus the remaining share of the run (and of its expected preemption overhead)."""
+    seconds = estimate.startup_seconds + (estimate.run_seconds + estimate.preemption_seconds) * fraction
+    return seconds * estimate.price_per_hour / 3600.0
+
+
+def _fit_remaining_budget(plan, spec: JobSpec, store: Store, job_id: str):
     """Recovery never launches when the remaining budget cannot cover the remaining work."""
-    spent = store.get_job(job_id)["actual_cost"] or 0.0
-    if not spec.budget.max_cost or not spent or plan.chosen is None:
-        return plan
-    if plan.chosen.estimate.cost > spec.budget.max_cost - spent:
-        plan.chosen = None
-    return plan
-
-
-def _attempt(job_id, spec, cand, store, display, view, checkpoint, get_provider, poll_s):
-    """One launch + run on one candidate. Returns an Outcome, or the ProviderError that stopped it."""
-    from infra.base import BootstrapConfig, ClusterRequest, ProviderError
-    from orchestrator.raycluster import RayJobs
-
-    offer = cand.offer
-    provider = get_provider(offer.cloud)
     row = store.get_job(job_id)
-    attempt = (row["attempts"] or 0) + 1
-    cluster_id = new_id("c")
-    nodes = spec.resources.num_nodes
-    price_all = offer.hourly(cand.spot) * nodes
-    store.update_job(job_id, attempts=attempt, backend=offer.cloud, offer_key=offer.key,
-                     instance_type=offer.instance_type, accelerator=offer.accelerator or "CPU",
-                     accelerator_count=offer.accelerator_count, spot=int(cand.spot),
-                     price_per_hour=price_all, price_date=offer.spot_price_date if cand.spot else offer.price_date,
-                     cluster_id=cluster_id)
-    store.record_cluster(cluster_id, provider=offer.cloud, job_id=job_id, state="launching",
-                         price_per_hour=offer.hourly(cand.spot), region=offer.region,
-                         instance_type=offer.instance_type, spot=int(cand.spot), num_nodes=nodes)
-    store.set_status(job_id, "PROVISIONING", offer.label)
-    view.phase, view.backend = "provisioning", f"{offer.label}{' spot' if cand.spot else ''}"
-    display.update(view)
-    import ray
-
-    request = ClusterRequest(cluster_id=cluster_id, job_id=job_id, offer=offer, spot=cand.spot, num_nodes=nodes,
-                             bootstrap=BootstrapConfig(ray_version=ray.__version__,
-                                                       python_packages=list(spec.requirements)),
-                             image=spec.resources.image, owner=os.environ.get("USER", "dlrun"))
-    started = time.time()
-    cluster = None
-    tunnel = None
-    try:
-        try:
-            cluster = provider.launch(request)
-        except ProviderError as e:
-            return e
-        store.record_cluster(cluster_id, provider=offer.cloud, job_id=job_id, state="up", zone=cluster.zone,
-                             cluster_json=json.dumps(cluster.to_dict()))
-        view.phase = "bootstrapping"
-        display.update(view)
-        address, tunnel = _head_address(cluster)
-        jobs = RayJobs(address)
-        submission_id = f"dlrun-{job_id}-{attempt}"
-        local = offer.cloud == "local"
-        workers = num_workers(spec, offer.accelerator_count)
-        est = cand.estimate
-        jobs.submit(
-            entrypoint=entrypoint(spec, local=local, workers=workers), submission_id=submission_id,
-            runtime_env=runtime_env(spec, job_id=job_id, checkpoint=checkpoint, price_per_hour=price_all, local=local),
-            metadata={"dlrun_job_id": job_id, "dlrun_name": spec.name, "backend": offer.cloud,
-                      "instance": offer.instance_type, "gpu": f"{offer.accelerator}:{offer.accelerator_count}"
-                      if offer.accelerator else "CPU", "spot": str(cand.spot).lower(),
-                      "est_hours": f"{est.hours:.4f}", "est_cost": f"{est.cost:.4f}",
-                      "max_cost": spec.budget.max_cost, "schedule": row["schedule_id"] or "",
-                      "attempt": attempt},
-            entrypoint_num_gpus=1 if offer.accelerator and workers == 1 else None)
-        store.set_status(job_id, "SUBMITTED", submission_id, ray_submission_id=submission_id, ray_address=address)
-        meter = CostMeter(row["actual_cost"] or 0.0, price_all, started)
-        watcher = Watcher(jobs=jobs, submission_id=submission_id, view=view, display=display, meter=meter,
-                          node_states=None if local else (lambda: provider.status(cluster)),
-                          on_event=lambda kind, detail: _on_event(store, job_id, kind, detail),
-                          max_cost=spec.budget.max_cost, poll_s=poll_s,
-                          confirm_cancel=getattr(display, "confirm_cancel", lambda: True),
-                          log_path=job_log_path(job_id))
-        outcome = watcher.run()
-        if outcome.kind == "BUDGET_EXCEEDED":
-            jobs.stop(submission_id)
-        return outcome
-    finally:
-        view.phase = "tearing down"
-        display.update(view)
-        if tunnel is not None:
-            tunnel.close()
-        if cluster is not None:
-            provider.terminate(cluster)
-        spent = (row["actual_cost"] or 0.0) + (time.time() - started) * price_all / 3600.0
-        store.update_job(job_id, actual_cost=spent)
-        store.record_cluster(cluster_id, provider=offer.cloud, job_id=job_id, state="terminated",
-                             terminated_at=time.time())
-
-
-def job_log_path(job_id: str):
-    from orchestrator.store import dlrun_home
-
-    d = dlrun_home() / "logs"
-    d.mkdir(exist_ok=True)
-    return d / f"{job_id}.log"
-
-
-def _head_address(cluster):
-    """(Jobs API address, tunnel or None) for the cluster's head."""
-    if cluster.provider == "local":
-        return cluster.head_address, None
-    from infra.ssh import open_tunnel
-    from orchestrator.raycluster import _wait_dashboard
-
-    tunnel = open_tunnel(cluster, 8265)
-    _wait_dashboard(tunnel.local_address, timeout=float(os.environ.get("DLRUN_BOOT_TIMEOUT", 900)))
-    return tunnel.local_address, tunnel
-
-
-def _on_event(store: Store, job_id: str, kind: str, detail: dict) -> None:
-    if kind == "ray_status" and detail.get("status") == "RUNNING":
-        store.set_status(job_id, "RUNNING")
-    elif kind == "epoch":
-        store.update_job(job_id, metrics_json=json.dumps(detail))
-    else:
-        store.add_event(job_id, kind, detail)
+    if not row["attempts"] or not spec.budget.max_cost:
+        return plan
+    left = spec.budget.max_cost - (row["actual_cost"] or 0.0)
+    fraction = remaining_fraction(store, job_id)
+    ranked = [c for c in plan.ranked if c.feasible]
+    for c in ranked:
+        c.chosen = False
+    fits = [c for c in ranked if remaining_cost(c.estimate, fraction) <= left]
+    plan.chosen = min(fits, key=lambda c: (remaining_cost(c.estimate, fraction), c.estimate.hours), default=None)
+    if plan.chosen is not None:
+        plan.chosen.chosen = True
+    elif ranked:
+        need = min(remaining_cost(c.estimate, fraction) for c in ranked)
+        raise BudgetExhaustedError(f"{spec.name}: ${left:.4f} of the budget is left, the remaining "
+                                   f"{fraction:.0%} of the work needs ${need:.4f}; not relaunching")
+    return plan
 
 
 def _finish(job_id, spec, outcome: Outcome, store: Store, display, view) -> SubmitResult:

@@ -92,7 +92,7 @@ def _age(s: float) -> str:
 
 
 def print_logs(job_id: str, follow: bool = False) -> None:
-    from orchestrator.runner import job_log_path
+    from orchestrator.attempt import job_log_path
 
     store = default_store()
     row = _job(store, job_id)

@@ -147,6 +147,13 @@ class Store:
         with self.tx() as c:
             c.execute(f"UPDATE jobs SET {sets} WHERE id=?", (*fields.values(), job_id))
 
+    def claim_supervisor(self, job_id: str, *, expected: int | None, claim: int) -> bool:
+        """Compare-and-set of supervisor_pid, so that one process takes over a dead supervisor's job."""
+        with self.tx() as c:
+            cur = c.execute("UPDATE jobs SET supervisor_pid=? WHERE id=? AND supervisor_pid IS ?",
+                            (claim, job_id, expected))
+            return cur.rowcount == 1
+
     def set_status(self, job_id: str, status: str, detail: str = "", **fields: Any) -> None:
         """Record a status transition (with its timestamp) and any other fields, atomically."""
         now = time.time()

@@ -1,4 +1,7 @@
-"""`python -m orchestrator.supervisor JOB_ID`: runs a detached job's lifecycle (see runner.execute)."""
+"""`python -m orchestrator.supervisor JOB_ID [--resume]`: runs a detached job's lifecycle (runner.execute).
+
+--resume re-attaches to the attempt a dead supervisor left (see orchestrator/reconcile.py).
+"""
 import sys
 
 from orchestrator.display import PlainDisplay
@@ -6,13 +9,14 @@ from orchestrator.errors import DlrunError
 from orchestrator.runner import execute
 
 
-def main(job_id: str) -> int:
+def main(argv: list[str]) -> int:
+    job_id, resume = argv[0], "--resume" in argv[1:]
     try:
-        return execute(job_id, display=PlainDisplay(sys.stdout)).exit_code
+        return execute(job_id, display=PlainDisplay(sys.stdout), resume=resume).exit_code
     except DlrunError as e:
         print(f"dlrun: {e.message}", flush=True)
         return e.exit_code
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

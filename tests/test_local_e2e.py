@@ -14,29 +14,6 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
 
 
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
-    """One real Ray head for the module, started the way dlrun starts it (own process group)."""
-    home = tmp_path_factory.mktemp("head-home")
-    # a token left in ~/.ray by any earlier local ray.init() must not lock dlrun out of its own head
-    user_home = tmp_path_factory.mktemp("user-home")
-    (user_home / ".ray").mkdir()
-    (user_home / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)
-    saved = {k: os.environ.get(k) for k in ("DLRUN_HOME", "HOME", "RAY_AUTH_MODE")}
-    os.environ.update(DLRUN_HOME=str(home), HOME=str(user_home))
-    os.environ.pop("RAY_AUTH_MODE", None)
-    try:
-        head = raycluster.start_local_head(dashboard_port=raycluster.free_port(), num_cpus=2)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    yield head
-    raycluster.stop_local_head(head)
-
-
 def dlrun(*args, env=None, timeout=300):
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=timeout)

@@ -10,17 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import raycluster
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
-
-
-@pytest.fixture
-def ray_head(tmp_path_factory, dlrun_home):
-    head = raycluster.start_local_head(dashboard_port=raycluster.free_port(), num_cpus=2)
-    yield head
-    raycluster.stop_local_head(head)
 
 
 def cli(*args, env):
