@@ -177,15 +177,16 @@ def test_spot_preemption_relaunches_and_resumes_from_the_last_checkpoint(referen
     resumed = [json.loads(e["detail"]) for e in st["events"] if e["kind"] == "resumed"]
     assert len(resumed) == 1
     # only the epochs after the last checkpoint are trained twice
-    epochs = epochs_logged(job, env)
+    epochs = epochs_logged(job, env)  # both attempts' logs, one after the other
     ckpt_epoch = resumed[0]["epoch"]
-    second = epochs[epochs.index(ckpt_epoch + 1, 1):] if epochs.count(ckpt_epoch + 1) > 1 else []
-    first_run = epochs[:len(epochs) - len(second)]
+    start = len(epochs) - 1 - epochs[::-1].index(ckpt_epoch + 1)
+    first_run, second = epochs[:start], epochs[start:]
+    assert first_run == list(range(1, len(first_run) + 1)) and len(first_run) >= 3, epochs
     assert second == list(range(ckpt_epoch + 1, 31)), epochs
-    assert set(first_run) & set(second) == set(range(ckpt_epoch + 1, max(first_run) + 1))
+    # the resume point is the last epoch the first attempt finished (at most the epoch in flight is lost)
+    assert 0 <= max(first_run) - ckpt_epoch <= 1, (ckpt_epoch, epochs)
     # both attempts' instances are terminated
-    mine = ec2_instances(moto_url, **{"tag:dlrun-job": [job]})
-    assert len({i["Tags"][0]["Value"] and i["InstanceId"] for _, i in mine}) >= 2
+    assert len(ec2_instances(moto_url, **{"tag:dlrun-job": [job]})) == 2
     assert not ec2_instances(moto_url, **{"tag:dlrun-job": [job], "instance-state-name": LIVE})
 
 
