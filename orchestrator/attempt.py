@@ -97,7 +97,7 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
         entrypoint=entrypoint(spec, local=local, workers=workers), submission_id=f"dlrun-{ctx.job_id}-{attempt}",
         runtime_env=runtime_env(spec, job_id=ctx.job_id, checkpoint=ctx.checkpoint, price_per_hour=price_all,
                                 local=local),
-        metadata={"dlrun_job_id": ctx.job_id, "dlrun_name": spec.name, "backend": offer.cloud,
+        metadata={"dlrun_job_id": ctx.job_id, "dlrun_name": spec.name, "job_name": spec.name, "backend": offer.cloud,
                   "instance": offer.instance_type, "gpu": f"{offer.accelerator}:{offer.accelerator_count}"
                   if offer.accelerator else "CPU", "spot": str(cand.spot).lower(),
                   "est_hours": f"{est.hours:.4f}", "est_cost": f"{est.cost:.4f}",

@@ -57,7 +57,7 @@ def entrypoint(spec: JobSpec, *, local: bool, workers: int) -> str:
 
 def _staged_jobs_dir() -> str:
     """A copy of jobs/ in its own directory: the working_dir of a built-in job (small upload)."""
-    stage = Path(tempfile.gettempdir()) / f"dlrun-stage-{os.getuid()}"
+    stage = Path(tempfile.gettempdir()) / f"dlrun-stage-{os.getuid()}-{os.getpid()}"  # one per submitter
     target = stage / "jobs"
     if target.exists():
         shutil.rmtree(target)

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -33,6 +34,7 @@ class LocalHead:
     started_by_dlrun: bool
     metrics_port: int | None = None
     started_at: float = 0.0
+    temp_dir: str | None = None  # the head's own Ray --temp-dir (sessions, logs)
 
 
 def _record_path() -> Path:
@@ -121,10 +123,13 @@ def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeou
     gcs_port = free_port(6379)
     metrics_port = free_port()
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray") or "ray"
+    # its own temp dir: Ray points job drivers at the cluster named in <temp-dir>/ray_current_cluster,
+    # which in the shared /tmp/ray is whichever head started last. Short: Ray's socket paths are limited.
+    temp_dir = tempfile.mkdtemp(prefix="dlrun-ray-", dir="/tmp")
     cmd = [ray_bin, "start", "--head", "--block", "--disable-usage-stats",
            f"--port={gcs_port}", "--node-ip-address=127.0.0.1",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-           f"--metrics-export-port={metrics_port}", "--include-dashboard=true",
+           f"--metrics-export-port={metrics_port}", "--include-dashboard=true", f"--temp-dir={temp_dir}",
            # Ray's fixed default ports (agent 52365, client 10001, ...) clash with any other Ray on
            # this machine and the losing head never gets a job agent: take free ones
            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
@@ -141,7 +146,8 @@ def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeou
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env=env, start_new_session=True)
     head = LocalHead(dashboard_url=f"http://127.0.0.1:{dashboard_port}", gcs_address=f"127.0.0.1:{gcs_port}",
-                     pgid=proc.pid, started_by_dlrun=True, metrics_port=metrics_port, started_at=time.time())
+                     pgid=proc.pid, started_by_dlrun=True, metrics_port=metrics_port, started_at=time.time(),
+                     temp_dir=temp_dir)
     _record_path().write_text(json.dumps(asdict(head)))
     try:
         _wait_dashboard(head.dashboard_url, timeout, proc=proc)
@@ -183,6 +189,8 @@ def stop_local_head(head: LocalHead | None = None, timeout: float = 6.0) -> bool
     rec = _record_path()
     if rec.exists() and json.loads(rec.read_text()).get("pgid") == head.pgid:
         rec.unlink()
+    if head.temp_dir and Path(head.temp_dir).name.startswith("dlrun-ray-"):
+        shutil.rmtree(head.temp_dir, ignore_errors=True)
     return True
 
 

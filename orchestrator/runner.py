@@ -67,19 +67,27 @@ def submit(spec: JobSpec, *, backend: str | None = None, detach: bool = False, s
     store = store or default_store()
     spec = restrict(spec, backend)
     plan = plan or make_plan(spec, store=store)
-    _require_choice(plan, spec)
-    est = plan.chosen.estimate
-    job_id = store.create_job(name=spec.name, spec_hash=spec.spec_hash(), spec_json=spec.model_dump_json(),
-                              schedule_id=schedule_id, max_cost=spec.budget.max_cost, est_cost=est.cost,
-                              est_seconds=est.hours * 3600, est_run_seconds=getattr(est, "run_seconds", None),
-                              model_family=spec.workload.model if spec.workload else (spec.job or "custom"))
-    store.add_event(job_id, "plan", {"chosen": plan.chosen.offer.label, "spot": plan.chosen.spot,
-                                     "est_hours": est.hours, "est_cost": est.cost})
+    job_id = record_job(spec, plan, store=store, schedule_id=schedule_id)
     if detach:
         pid = spawn_supervisor(job_id)
         store.update_job(job_id, supervisor_pid=pid)
         return SubmitResult(job_id, "PENDING", 0)
     return execute(job_id, store=store, display=display, first_plan=plan)
+
+
+def record_job(spec: JobSpec, plan, *, store: Store | None = None, schedule_id: str | None = None) -> str:
+    """The job's row and its plan in the store (nothing started yet); exits 3 when nothing fits."""
+    store = store or default_store()
+    _require_choice(plan, spec)
+    est = plan.chosen.estimate
+    job_id = store.create_job(name=spec.name, spec_hash=spec.spec_hash(), spec_json=spec.model_dump_json(),
+                              schedule_id=schedule_id, max_cost=spec.budget.max_cost, est_cost=est.cost,
+                              est_seconds=est.hours * 3600, est_run_seconds=getattr(est, "run_seconds", None),
+                              model_family=spec.workload.model if spec.workload else (spec.job or "custom"),
+                              supervisor_pid=os.getpid())  # until a supervisor takes over
+    store.add_event(job_id, "plan", {"chosen": plan.chosen.offer.label, "spot": plan.chosen.spot,
+                                     "est_hours": est.hours, "est_cost": est.cost})
+    return job_id
 
 
 def spawn_supervisor(job_id: str, resume: bool = False) -> int:

@@ -207,3 +207,33 @@ def test_supervisor_killed_with_9_is_picked_up_by_status(env, tmp_path, moto_url
     assert st["attempts"] == 1, "re-attached to the running job, not relaunched"
     assert any(e["kind"] == "reattach" for e in st["events"])
     assert not ec2_instances(moto_url, **{"tag:dlrun-job": [job], "instance-state-name": LIVE})
+
+
+def test_budget_guard_stops_the_job_at_max_cost(env, tmp_path, moto_url, monkeypatch):
+    """In-process with an injectable clock running SPEED× real time, so dollars accrue in seconds."""
+    from orchestrator import runner
+    from orchestrator.spec import load_job
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    spec = load_job(job_file(tmp_path, epochs=60))
+    plan = runner.make_plan(spec)
+    est = plan.chosen.estimate
+    rate = est.price_per_hour  # one node
+    speed, poll_s = 60.0, 0.5
+    max_cost = est.cost * 1.2  # fits the plan; the real run (x speed) costs far more
+    spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"max_cost": max_cost})})
+    t0 = time.time()
+    clock = lambda: t0 + (time.time() - t0) * speed  # noqa: E731
+    job = runner.record_job(spec, runner.make_plan(spec))
+    res = runner.execute(job, poll_s=poll_s, node_poll_s=5.0, clock=clock)
+
+    from orchestrator.store import default_store
+
+    row = default_store().get_job(job)
+    assert res.status == "BUDGET_EXCEEDED" and row["status"] == "BUDGET_EXCEEDED"
+    one_interval = rate * poll_s * speed / 3600
+    assert max_cost <= row["actual_cost"] <= max_cost + one_interval, (row["actual_cost"], max_cost, one_interval)
+    events = [e["kind"] for e in default_store().events(job)]
+    assert "budget_warning" in events
+    assert not ec2_instances(moto_url, **{"tag:dlrun-job": [job], "instance-state-name": LIVE})

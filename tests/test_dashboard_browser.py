@@ -1,0 +1,117 @@
+"""The Ray dashboard, in a real (headless) Chromium, lists a job dlrun submitted and shows its metadata.
+
+Needs Debian's `chromium` + `chromium-driver` (CI's .ci/run installs them) and selenium (test extra);
+without them the test is skipped and says why. Screenshots are saved under the test's tmp_path.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+from orchestrator import raycluster
+from tests.test_monitoring_e2e import start_head, submit_digits_cnn
+
+pytestmark = [pytest.mark.browser, pytest.mark.ray]
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def _chromium() -> tuple[str, str]:
+    browser = next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+    driver = shutil.which("chromedriver") or next(
+        (p for p in ("/usr/lib/chromium/chromedriver", "/usr/bin/chromedriver") if os.path.exists(p)), None)
+    if not browser or not driver:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium chromium-driver; "
+                    f"found browser={browser}, chromedriver={driver})")
+    return browser, driver
+
+
+@pytest.fixture(scope="module")
+def browser():
+    pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[test]')")
+    binary, driver_path = _chromium()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    opts = Options()
+    opts.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1600,1200", "--no-first-run", "--disable-extensions"):
+        opts.add_argument(arg)
+    drv = webdriver.Chrome(service=Service(driver_path), options=opts)
+    drv.set_page_load_timeout(60)
+    yield drv
+    drv.quit()
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    head = start_head(tmp_path_factory)
+    yield head
+    raycluster.stop_local_head(head)
+
+
+@pytest.fixture(scope="module")
+def job(ray_head, tmp_path_factory):
+    return submit_digits_cnn(ray_head, tmp_path_factory.mktemp("browser-job"))
+
+
+def _wait_text(drv, needles: list[str], timeout: float = 45.0) -> str:
+    """The page's visible text once every needle is in it (the dashboard is a React app that polls)."""
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        try:
+            text = drv.find_element(By.TAG_NAME, "body").text
+        except Exception:
+            text = ""
+        if all(n in text for n in needles):
+            return text
+        time.sleep(0.5)
+    raise AssertionError(f"not shown within {timeout:.0f} s: {[n for n in needles if n not in text]}\n"
+                         f"page text:\n{text[:3000]}")
+
+
+def test_jobs_page_lists_the_job_and_detail_shows_metadata(browser, ray_head, job, tmp_path):
+    sub = job["ray_submission_id"]
+    browser.get(f"{ray_head.dashboard_url}/#/jobs")
+    try:
+        text = _wait_text(browser, [sub])
+    finally:
+        browser.save_screenshot(str(tmp_path / "jobs.png"))
+    row = next(line for line in text.splitlines() if sub in line)
+    assert "SUCCEEDED" in text, row
+    assert "jobs.cnn" in text  # the entrypoint column
+
+    browser.get(f"{ray_head.dashboard_url}/#/jobs/{sub}")
+    try:
+        text = _wait_text(browser, ["User-provided metadata", sub, job["job_id"]])
+    finally:
+        browser.save_screenshot(str(tmp_path / "job-detail.png"))
+    # the metadata block is the JSON dlrun sent: every value a string
+    for key, value in (("dlrun_job_id", job["job_id"]), ("backend", "local"), ("gpu", "CPU"),
+                       ("spot", "false"), ("attempt", "1")):
+        assert f'"{key}": "{value}"' in text, (key, text[:3000])
+    assert '"est_cost": "' in text and '"max_cost": "5.0"' in text
+    assert "SUCCEEDED" in text
+
+    # "Expand" opens the metadata in a dialog (the inline preview is cut to one line)
+    from selenium.webdriver.common.by import By
+
+    expand = browser.find_elements(By.XPATH, "//*[normalize-space(text())='Expand']")
+    assert expand, "no Expand button next to the metadata"
+    expand[-1].click()
+    deadline, dialog = time.monotonic() + 15, ""
+    while time.monotonic() < deadline and "dlrun_job_id" not in dialog:
+        dialog = " ".join(d.text for d in browser.find_elements(By.CSS_SELECTOR, "[role=dialog]"))
+        time.sleep(0.3)
+    browser.save_screenshot(str(tmp_path / "job-metadata.png"))
+    assert f'"dlrun_job_id": "{job["job_id"]}"' in dialog and '"est_hours": "' in dialog, dialog
+    assert (tmp_path / "jobs.png").stat().st_size > 10_000
+    assert (tmp_path / "job-detail.png").stat().st_size > 10_000
