@@ -23,3 +23,4 @@ bench: setup
 	$(VENV)/bin/python bench/submit_overhead.py
 	$(VENV)/bin/python bench/estimator_accuracy.py
 	$(VENV)/bin/python bench/plan_speed.py
+	$(VENV)/bin/python bench/spot_savings.py
