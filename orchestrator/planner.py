@@ -131,6 +131,14 @@ def profile_for(spec):
 
 # --- eligibility -----------------------------------------------------------------------------------
 
+SPOT_POOL_BLOCKED = "spot pool blocked after a preemption"
+
+
+def spot_block_key(offer: Offer) -> str:
+    """Blocks only the spot market of an offer (a preemption says nothing about on-demand capacity)."""
+    return f"spot:{offer.key}"
+
+
 def is_blocked(offer: Offer, blocked: frozenset[str]) -> bool:
     return bool(blocked) and (offer.cloud in blocked or f"{offer.cloud}/{offer.region}" in blocked
                               or offer.key in blocked)
@@ -186,12 +194,13 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), lo
             reason = reason or "no spot price (spot: always)"
         for spot in allowed or [False]:
             est = estimate(profile, offer, spot=spot, num_nodes=nodes, history=history)
-            why = reason or (est.why_not if not est.fits else None)
+            market_reason = reason or (SPOT_POOL_BLOCKED if spot and spot_block_key(offer) in blocked else None)
+            why = market_reason or (est.why_not if not est.fits else None)
             if why is None and max_cost is not None and est.cost > max_cost:
                 why = f"est. ${est.cost:.2f} > budget ${max_cost:.2f}"
             if why is None and deadline is not None and est.total_seconds > deadline:
                 why = f"est. {est.hours:.2f} h > deadline {deadline / 3600:.2f} h"
-            candidates.append(Candidate(offer, spot, est, eligible=reason is None, feasible=why is None,
+            candidates.append(Candidate(offer, spot, est, eligible=market_reason is None, feasible=why is None,
                                         reason=why))
     feasible = [c for c in candidates if c.feasible]
     chosen = min(feasible, key=_rank, default=None)

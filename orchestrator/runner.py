@@ -115,6 +115,7 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
     """Run job_id to its end. resume=True first re-attaches to the attempt a dead supervisor left."""
     from infra import get_provider
     from infra.base import ProviderError
+    from orchestrator.planner import spot_block_key
 
     store = store or default_store()
     row = store.get_job(job_id)
@@ -164,8 +165,9 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
                     preemptions += 1
                     store.update_job(job_id, preemptions=preemptions)
                     display.message(f"preempted ({outcome.detail}); recovering from the last checkpoint")
-                    if cand is not None:  # block that spot pool (zone), or the region of an on-demand loss
-                        blocked.add(cand.offer.key if cand.spot else f"{cand.offer.cloud}/{cand.offer.region}")
+                    if cand is not None:  # block that spot pool, or the region of an on-demand loss
+                        blocked.add(spot_block_key(cand.offer) if cand.spot
+                                    else f"{cand.offer.cloud}/{cand.offer.region}")
                 store.set_status(job_id, "RECOVERING", outcome.detail)
             elif outcome.kind == "FAILED" and restarts < spec.max_restarts_on_errors:
                 restarts += 1  # a user-code failure is not a preemption: retried only this often

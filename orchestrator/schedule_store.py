@@ -13,7 +13,6 @@ Outcomes written to schedule_runs.outcome:
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import sqlite3
 import time
@@ -163,15 +162,9 @@ def live_jobs_by_schedule(store: Store) -> dict[str, str]:
 
 
 def _alive(pid: int | None) -> bool:
-    if not pid:
-        return True  # nobody recorded a supervisor: trust the status
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from orchestrator.reconcile import process_alive
+
+    return True if not pid else process_alive(pid)  # nobody recorded a supervisor: trust the status
 
 
 def job_for_run(store: Store, row: sqlite3.Row) -> tuple[JobSpec, str]:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from tests.fakes.gce_server import FakeGce
+from tests.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
@@ -41,12 +41,8 @@ env: {{SEED: "0"}}
 
 
 @pytest.fixture(scope="module")
-def moto_url():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+def moto_url(moto_server):
+    return moto_server
 
 
 @pytest.fixture

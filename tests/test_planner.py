@@ -95,6 +95,17 @@ def test_blocking_an_offer_a_region_or_a_cloud():
                    planner.plan(sp, CATALOG, blocked=frozenset({block}), profile=PROFILE).candidates)
 
 
+def test_a_preempted_spot_pool_blocks_only_the_spot_market_of_that_offer():
+    sp = spec(resources={"accelerators": "T4:1", "clouds": ["aws"], "spot": "auto"})
+    first = planner.plan(sp, CATALOG, profile=PROFILE).chosen
+    assert first.spot
+    again = planner.plan(sp, CATALOG, blocked=frozenset({planner.spot_block_key(first.offer)}), profile=PROFILE)
+    assert (again.chosen.offer.key, again.chosen.spot) != (first.offer.key, True)
+    same_offer = {c.spot: c for c in again.candidates if c.offer.key == first.offer.key}
+    assert same_offer[True].reason == planner.SPOT_POOL_BLOCKED and not same_offer[True].eligible
+    assert same_offer[False].eligible  # its on-demand market is still there
+
+
 def test_accelerator_count_and_spot_policy_are_respected():
     plan = planner.plan(spec(resources={"accelerators": "V100:4", "spot": "never"}), CATALOG, profile=PROFILE)
     assert plan.chosen.offer.accelerator == "V100" and plan.chosen.offer.accelerator_count == 4
