@@ -44,8 +44,9 @@ def _record_path() -> Path:
 def free_port(preferred: int | None = None) -> int:
     if preferred and port_free(preferred):
         return preferred
+    # all interfaces: Ray binds most of its ports on the node's own address, not on 127.0.0.1
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("0.0.0.0", 0))
         return s.getsockname()[1]
 
 
@@ -53,7 +54,7 @@ def port_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind(("0.0.0.0", port))
             return True
         except OSError:
             return False
