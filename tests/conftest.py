@@ -18,13 +18,12 @@ def dlrun_home(tmp_path, monkeypatch):
     return home
 
 
-@pytest.fixture(scope="session")
-def ray_head(tmp_path_factory):
-    """One real Ray head for the session, started the way dlrun starts it (own process group)."""
+def start_head(tmp_path_factory):
+    """A real Ray head started the way dlrun starts it (own process group). A token left in ~/.ray by
+    any earlier local ray.init() must not lock dlrun out of its own head: the head starts with one."""
     from orchestrator import raycluster
 
     home = tmp_path_factory.mktemp("head-home")
-    # a token left in ~/.ray by any earlier local ray.init() must not lock dlrun out of its own head
     user_home = tmp_path_factory.mktemp("user-home")
     (user_home / ".ray").mkdir()
     (user_home / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)
@@ -32,12 +31,20 @@ def ray_head(tmp_path_factory):
     os.environ.update(DLRUN_HOME=str(home), HOME=str(user_home))
     os.environ.pop("RAY_AUTH_MODE", None)
     try:
-        head = raycluster.start_local_head(dashboard_port=raycluster.free_port(), num_cpus=2)
+        return raycluster.start_local_head(dashboard_port=raycluster.free_port(), num_cpus=2)
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory):
+    """One real Ray head for the session."""
+    from orchestrator import raycluster
+
+    head = start_head(tmp_path_factory)
     yield head
     raycluster.stop_local_head(head)

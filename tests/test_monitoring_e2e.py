@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import start_head  # noqa: F401  (re-exported for the browser test)
+
 from orchestrator import raycluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,26 +33,6 @@ METADATA_KEYS = {"dlrun_job_id", "dlrun_name", "backend", "instance", "gpu", "sp
 
 
 # ---------------------------------------------------------------- shared helpers
-def start_head(tmp_path_factory) -> raycluster.LocalHead:
-    """A real Ray head started the way dlrun starts it (own process group), as in test_local_e2e."""
-    home = tmp_path_factory.mktemp("head-home")
-    # a token left in ~/.ray by any earlier local ray.init() must not lock dlrun out of its own head
-    user_home = tmp_path_factory.mktemp("user-home")
-    (user_home / ".ray").mkdir()
-    (user_home / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)
-    saved = {k: os.environ.get(k) for k in ("DLRUN_HOME", "HOME", "RAY_AUTH_MODE")}
-    os.environ.update(DLRUN_HOME=str(home), HOME=str(user_home))
-    os.environ.pop("RAY_AUTH_MODE", None)
-    try:
-        return raycluster.start_local_head(dashboard_port=raycluster.free_port(), num_cpus=2)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def dlrun(*args, env, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=timeout)
