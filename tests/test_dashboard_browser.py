@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from orchestrator import raycluster
-from tests.test_monitoring_e2e import start_head, submit_digits_cnn
+from tests.test_monitoring_e2e import submit_digits_cnn
 
 pytestmark = [pytest.mark.browser, pytest.mark.ray]
 
@@ -46,13 +45,6 @@ def browser():
     drv.set_page_load_timeout(60)
     yield drv
     drv.quit()
-
-
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
-    head = start_head(tmp_path_factory)
-    yield head
-    raycluster.stop_local_head(head)
 
 
 @pytest.fixture(scope="module")

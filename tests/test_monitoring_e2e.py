@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import start_head  # noqa: F401  (re-exported for the browser test)
-
 from orchestrator import raycluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,13 +107,6 @@ def scrape(port: int) -> dict[str, list[tuple[dict, float]]]:
 
 
 # ---------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
-    head = start_head(tmp_path_factory)
-    yield head
-    raycluster.stop_local_head(head)
-
-
 @pytest.fixture(scope="module")
 def prometheus(ray_head, tmp_path_factory):
     """What `dlrun dashboard --metrics` starts — Prometheus with the head session's generated config —
