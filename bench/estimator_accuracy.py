@@ -31,9 +31,9 @@ TRAIN_SIZE = 1437
 
 
 def predict(name: str, epochs: int, batch: int, device: str) -> tuple[float, float]:
-    from orchestrator import estimator, profile
-    from orchestrator.catalog import Offer
-    from orchestrator.spec import Workload
+    from orchestrator.planning import estimator, profile
+    from infra.catalog import Offer
+    from orchestrator.planning.spec import Workload
 
     fields, _, _ = JOBS[name]
     w = Workload(**fields, batch_size=batch, dataset_size=TRAIN_SIZE, epochs=epochs)

@@ -23,9 +23,9 @@ def main() -> None:
     ap.add_argument("--offers", type=int, default=10_000)
     args = ap.parse_args()
     os.environ.setdefault("DLRUN_HOME", tempfile.mkdtemp(prefix="dlrun-bench-"))
-    from orchestrator.catalog import load_offers
-    from orchestrator.cli_plan import run_plan
-    from orchestrator.spec import parse_job
+    from infra.catalog import load_offers
+    from orchestrator.cli.plan import run_plan
+    from orchestrator.planning.spec import parse_job
 
     base = load_offers()
     offers = [replace(o, region=f"{o.region}-{i // len(base)}") for i, o in

@@ -41,9 +41,9 @@ def main() -> int:
     home = tempfile.mkdtemp(prefix="dlrun-bench-sched-")
     os.environ["DLRUN_HOME"] = home
     os.environ["DLRUN_SCHEDULER_TEST_SECONDS"] = "1"
-    from orchestrator import schedule_store as ss
-    from orchestrator.scheduler import Scheduler
-    from orchestrator.store import Store
+    from orchestrator.state import schedules as ss
+    from orchestrator.schedule.scheduler import Scheduler
+    from orchestrator.state.db import Store
 
     store = Store(Path(home) / "state.db")
     job = ROOT / "configs" / "examples" / "digits_cnn.yaml"

@@ -3,7 +3,7 @@
     python bench/spot_savings.py [--rate 0.1] [--duration 10] [--job-hours 3] [--checkpoint-minutes 30]
                                  [--deadline-hours 8] [--gpu T4] [--seed 0] [--nights 30]
 
-Prices: the catalog's single-GPU offers of --gpu (orchestrator.catalog.load_offers). The on-demand
+Prices: the catalog's single-GPU offers of --gpu (infra.catalog.load_offers). The on-demand
 baseline runs every night on the offer the planner would pick on-demand (the cheapest start-up + job),
 never preempted. The spot run follows the runner's recovery policy (runner.execute): the cheapest
 candidate of either market is launched; a preemption blocks that offer (both markets, as the runner's
@@ -44,7 +44,7 @@ class Night:
 
 
 def offers_for(gpu: str):
-    from orchestrator.catalog import canonical_gpu, load_offers
+    from infra.catalog import canonical_gpu, load_offers
 
     name = canonical_gpu(gpu)
     if name is None:
@@ -58,7 +58,7 @@ def offers_for(gpu: str):
 
 
 def startup_hours(offer) -> float:
-    from orchestrator.estimator import STARTUP_SECONDS
+    from orchestrator.planning.estimator import STARTUP_SECONDS
 
     return STARTUP_SECONDS.get(offer.cloud, STARTUP_SECONDS["aws"]) / 3600.0
 
@@ -130,7 +130,7 @@ def summary(results: list[Night], baseline_cost: float) -> dict:
 
 
 def main() -> None:
-    from orchestrator.spec import JobSpec
+    from orchestrator.planning.spec import JobSpec
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate", type=float, default=0.1, help="preemptions per spot-instance-hour")

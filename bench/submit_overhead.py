@@ -83,7 +83,7 @@ def wait_for_job_agent(client, timeout: float = 60.0) -> float:
 
 def run_raw(client, spec, home: Path, tag: str) -> dict:
     """One bare JobSubmissionClient run of dlrun's entrypoint and runtime_env; polled every 0.1 s."""
-    from orchestrator.entrypoint import entrypoint, runtime_env
+    from orchestrator.runs.entrypoint import entrypoint, runtime_env
 
     ckpt = home / "raw-checkpoints" / tag
     shutil.rmtree(ckpt, ignore_errors=True)
@@ -107,13 +107,13 @@ def run_raw(client, spec, home: Path, tag: str) -> dict:
 
 
 def run_dlrun(client, job_file: Path, home: Path, address: str) -> dict:
-    from orchestrator.store import default_store
+    from orchestrator.state.db import default_store
 
     shutil.rmtree(home / "checkpoints", ignore_errors=True)  # else the resubmission resumes at the end
     env = dict(os.environ, DLRUN_RAY_ADDRESS=address, DLRUN_HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
     wall0 = time.time()
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "submit", str(job_file), "--backend", "local"],
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "submit", str(job_file), "--backend", "local"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     total = time.perf_counter() - t0
     wall1 = wall0 + total
@@ -184,9 +184,9 @@ def main() -> None:
 
     from jobs.cnn import JOB
     from jobs.train import TrainConfig
-    from orchestrator.raycluster import free_port, start_local_head, stop_local_head
-    from orchestrator.runner import make_plan, restrict
-    from orchestrator.spec import load_job
+    from infra.local.head import free_port, start_local_head, stop_local_head
+    from orchestrator.runs.executor import make_plan, restrict
+    from orchestrator.planning.spec import load_job
 
     spec = load_job(args.job)
     if spec.job != "cnn" or spec.workload is None:

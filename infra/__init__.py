@@ -4,12 +4,12 @@
 def get_provider(name: str, **kwargs):
     """The provider for a cloud name; imports its SDK only when asked for."""
     if name == "local":
-        from infra.local import LocalProvider
+        from infra.local.provider import LocalProvider
         return LocalProvider(**kwargs)
     if name == "aws":
-        from infra.aws import AwsProvider
+        from infra.aws.provider import AwsProvider
         return AwsProvider(**kwargs)
     if name == "gcp":
-        from infra.gcp import GcpProvider
+        from infra.gcp.provider import GcpProvider
         return GcpProvider(**kwargs)
     raise ValueError(f"unknown provider {name!r}")

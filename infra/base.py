@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from orchestrator.catalog import Offer
+from infra.catalog import Offer
 
 # every resource dlrun creates carries these tags/labels (GCP labels: lower case, '-' allowed)
 TAG_CLUSTER = "dlrun-cluster"

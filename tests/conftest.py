@@ -21,7 +21,7 @@ def dlrun_home(tmp_path, monkeypatch):
 def start_head(tmp_path_factory):
     """A real Ray head started the way dlrun starts it (own process group). A token left in ~/.ray by
     any earlier local ray.init() must not lock dlrun out of its own head: the head starts with one."""
-    from orchestrator import raycluster
+    from infra.local import head as raycluster
 
     home = tmp_path_factory.mktemp("head-home")
     user_home = tmp_path_factory.mktemp("user-home")
@@ -43,7 +43,7 @@ def start_head(tmp_path_factory):
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory):
     """One real Ray head for the session."""
-    from orchestrator import raycluster
+    from infra.local import head as raycluster
 
     head = start_head(tmp_path_factory)
     yield head

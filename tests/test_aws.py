@@ -13,11 +13,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from infra import aws_network
-from infra.aws import AwsProvider
+from infra.aws import network as aws_network
+from infra.aws.provider import AwsProvider
 from infra.base import (BootstrapConfig, CapacityError, Cluster, ClusterRequest, CredentialsError, Node,
                         ProvisionError, QuotaError)
-from orchestrator.catalog import load_offers
+from infra.catalog import load_offers
 from tests.fakes.aws_faults import (SimulatedCrash, crash_after, fail_operation, fail_run_instances,
                                     throttle_operation)
 
@@ -419,7 +419,7 @@ def cloud_cluster() -> Cluster:
 def test_tunnel_runs_ssh_with_a_local_only_forward(fake_ssh):
     import json
     import socket
-    from infra.ssh import open_tunnel
+    from infra.vm.ssh import open_tunnel
     with open_tunnel(cloud_cluster(), remote_port=8265, timeout_s=20) as tunnel:
         port = int(tunnel.local_address.rsplit(":", 1)[1])
         assert tunnel.local_address == f"http://127.0.0.1:{port}"
@@ -433,14 +433,14 @@ def test_tunnel_runs_ssh_with_a_local_only_forward(fake_ssh):
 
 
 def test_tunnel_failure_says_why(fake_ssh, monkeypatch):
-    from infra.ssh import open_tunnel
+    from infra.vm.ssh import open_tunnel
     monkeypatch.setenv("FAKE_SSH_FAIL", "1")
     with pytest.raises(ProvisionError, match="Permission denied"):
         open_tunnel(cloud_cluster(), timeout_s=20)
 
 
 def test_tunnel_test_hook_maps_the_head_to_a_local_address(fake_ssh, monkeypatch):
-    from infra.ssh import open_tunnel
+    from infra.vm.ssh import open_tunnel
     monkeypatch.setenv("DLRUN_TEST_HEAD_ADDRESS", "http://127.0.0.1:8265/")
     with open_tunnel(cloud_cluster()) as tunnel:
         assert tunnel.local_address == "http://127.0.0.1:8265" and tunnel.process is None

@@ -13,7 +13,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from infra.aws import AwsProvider
+from infra.aws.provider import AwsProvider
 from infra.base import CapacityError
 from orchestrator import PROJECT_ROOT
 from tests.fakes.aws_faults import fail_run_instances, throttle_operation
@@ -94,7 +94,7 @@ def test_process_killed_after_run_instances_leaves_an_orphan_that_down_orphans_r
     # EC2 accepted RunInstances
     script = textwrap.dedent(f"""
         import os, boto3
-        from infra.aws import AwsProvider
+        from infra.aws.provider import AwsProvider
         from tests.test_aws import make_request
         session = boto3.Session()
         session.events.register("after-call.ec2.RunInstances", lambda **kw: os._exit(137))

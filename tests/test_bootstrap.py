@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from infra.base import BootstrapConfig
-from infra.bootstrap import startup_script
+from infra.vm.bootstrap import startup_script
 
 STUB = """#!/bin/bash
 echo "$(basename "$0") $*" >> "$STUB_LOG"
@@ -63,7 +63,7 @@ def test_worker_keeps_trying_to_join_until_the_head_is_up(node):
 
 
 def test_worker_gives_up_when_the_head_never_answers(node, monkeypatch):
-    monkeypatch.setattr("infra.bootstrap.JOIN_ATTEMPTS", 3)
+    monkeypatch.setattr("infra.vm.bootstrap.JOIN_ATTEMPTS", 3)
     rc, calls, node_dir = node(startup_script(CFG, is_head=False, head_ip="10.0.0.5"), ray_failures=99)
     assert rc != 0 and len([c for c in calls if c.startswith("ray ")]) == 3
     assert not (node_dir / "ready").exists()

@@ -1,7 +1,7 @@
 """The shipped catalog: coverage, GCP host + GPU price parts, dates, GPU specs, spot overrides."""
 import csv
 
-from orchestrator.catalog import canonical_gpu, gpu_names, gpu_spec, load_offers
+from infra.catalog import canonical_gpu, gpu_names, gpu_spec, load_offers
 
 
 def test_catalog_covers_the_gpus_users_ask_for_in_both_clouds_and_several_regions():

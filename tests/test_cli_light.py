@@ -9,7 +9,7 @@ HEAVY = ("ray", "torch", "boto3", "botocore", "google.cloud", "moto", "matplotli
 
 
 def test_help_imports_nothing_heavy():
-    code = ("import sys\nfrom orchestrator.cli import cli\n"
+    code = ("import sys\nfrom orchestrator.cli.main import cli\n"
             "try:\n    cli.main(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
             "import json\nprint('MODS=' + json.dumps(sorted(sys.modules)))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
@@ -21,7 +21,7 @@ def test_help_imports_nothing_heavy():
 
 def test_subcommand_help_is_light_too():
     for cmd in ("submit", "status", "plan", "schedule", "catalog"):
-        code = (f"import sys\nfrom orchestrator.cli import cli\n"
+        code = (f"import sys\nfrom orchestrator.cli.main import cli\n"
                 f"try:\n    cli.main(['{cmd}', '--help'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
                 "print('MODS=' + ' '.join(sys.modules))")
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestrator import cli_plan
+from orchestrator.cli import plan as cli_plan
 from orchestrator.errors import DlrunError
 
 TINY = {"model": "tests.test_profile:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32,
@@ -103,7 +103,7 @@ def _seed_spot_history(monkeypatch, records):
 def test_catalog_refresh_under_moto_keeps_the_latest_cheapest_price_with_its_date(monkeypatch, dlrun_home):
     from moto import mock_aws
 
-    from orchestrator.catalog import load_offers
+    from infra.catalog import load_offers
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
@@ -138,7 +138,7 @@ def test_catalog_refresh_with_plain_moto_keeps_moto_prices_and_dates(monkeypatch
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    from orchestrator.catalog_refresh import refresh_spot_prices
+    from orchestrator.planning.catalog_refresh import refresh_spot_prices
 
     with mock_aws():
         rows = refresh_spot_prices(["us-east-1"])

@@ -63,7 +63,7 @@ def env(ray_head, dlrun_home, moto_url):
 
 
 def dlrun(*args, env, timeout=300):
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=timeout)
 
 
@@ -207,8 +207,8 @@ def test_supervisor_killed_with_9_is_picked_up_by_status(env, tmp_path, moto_url
 
 def test_budget_guard_stops_the_job_at_max_cost(env, tmp_path, moto_url, monkeypatch):
     """In-process with an injectable clock running SPEED× real time, so dollars accrue in seconds."""
-    from orchestrator import runner
-    from orchestrator.spec import load_job
+    from orchestrator.runs import executor as runner
+    from orchestrator.planning.spec import load_job
 
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -224,7 +224,7 @@ def test_budget_guard_stops_the_job_at_max_cost(env, tmp_path, moto_url, monkeyp
     job = runner.record_job(spec, runner.make_plan(spec))
     res = runner.execute(job, poll_s=poll_s, node_poll_s=5.0, clock=clock)
 
-    from orchestrator.store import default_store
+    from orchestrator.state.db import default_store
 
     row = default_store().get_job(job)
     assert res.status == "BUDGET_EXCEEDED" and row["status"] == "BUDGET_EXCEEDED"

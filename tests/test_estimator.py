@@ -3,11 +3,11 @@ import re
 
 import pytest
 
-from orchestrator import estimator, profile
-from orchestrator.catalog import Offer, load_offers
-from orchestrator.profile import OpCost, WorkloadProfile
-from orchestrator.spec import Workload
-from orchestrator.store import Store
+from orchestrator.planning import estimator, profile
+from infra.catalog import Offer, load_offers
+from orchestrator.planning.profile import OpCost, WorkloadProfile
+from orchestrator.planning.spec import Workload
+from orchestrator.state.db import Store
 
 
 def synthetic(flops=1e12, membytes=1e9, ops=50, steps=1000, state=1e9, act=1e9, family="conv", local=None):

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from infra import gcp_network
+from infra.gcp import network as gcp_network
 from infra.base import (BootstrapConfig, CapacityError, ClusterRequest, CredentialsError, Provider,
                         ProvisionError, QuotaError)
-from infra.gcp import GcpProvider
-from orchestrator.catalog import load_offers
+from infra.gcp.provider import GcpProvider
+from infra.catalog import load_offers
 from tests.fakes.gce_server import FakeGce
 
 CALLER = "198.51.100.7/32"

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import raycluster
+from infra.local import head as raycluster
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
 
 
 def dlrun(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=timeout)
 
 
@@ -105,7 +105,7 @@ def test_down_stops_only_the_head_dlrun_started(ray_head, dlrun_home, tmp_path):
     env = dict(os.environ, DLRUN_HOME=str(dlrun_home), DLRUN_DASHBOARD_PORT=str(raycluster.free_port()),
                RAY_USAGE_STATS_ENABLED="0")
     env.pop("DLRUN_RAY_ADDRESS", None)
-    code = "from orchestrator.raycluster import ensure_local_head; print(ensure_local_head().pgid)"
+    code = "from infra.local.head import ensure_local_head; print(ensure_local_head().pgid)"
     pgid = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                               cwd=ROOT, timeout=120, check=True).stdout.strip())
     r = dlrun("down", env=env)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import raycluster
+from infra.local import head as raycluster
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
@@ -32,7 +32,7 @@ METADATA_KEYS = {"dlrun_job_id", "dlrun_name", "backend", "instance", "gpu", "sp
 
 # ---------------------------------------------------------------- shared helpers
 def dlrun(*args, env, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=timeout)
 
 
@@ -58,7 +58,7 @@ def submit_digits_cnn(head: raycluster.LocalHead, workdir: Path, *, flush_s: int
     out_path, err_path = workdir / "submit.out", workdir / "submit.err"
     seen: dict[str, dict[str, float]] = {}  # job_id label -> {metric name: last value}
     with open(out_path, "w") as out, open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "submit", str(job_file),
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "submit", str(job_file),
                                  "--backend", "local"], stdout=out, stderr=err, cwd=ROOT, env=env)
         deadline = time.monotonic() + 300
         try:
@@ -114,7 +114,7 @@ def prometheus(ray_head, tmp_path_factory):
     if not shutil.which("prometheus"):
         yield None
         return
-    from orchestrator.cli_report import ray_session_dir, start_prometheus
+    from orchestrator.cli.report import ray_session_dir, start_prometheus
 
     session = ray_session_dir(ray_head)
     assert session is not None and session.name.endswith(f"_{ray_head.pgid}"), session
@@ -203,7 +203,7 @@ def test_prometheus_with_rays_config_scrapes_the_gauges(job, prometheus):
 
 def test_dashboard_metrics_says_how_to_install_what_is_missing(ray_head, monkeypatch):
     """`dlrun dashboard --metrics` without Prometheus/Grafana installed: one line each on how to get them."""
-    from orchestrator import cli_report
+    from orchestrator.cli import report as cli_report
 
     session = cli_report.ray_session_dir(ray_head)
     assert session is not None and (session / "metrics" / "prometheus" / "prometheus.yml").exists()

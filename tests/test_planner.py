@@ -3,10 +3,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import planner
-from orchestrator.catalog import Offer, canonical_gpu, load_offers
-from orchestrator.estimator import estimate
-from orchestrator.spec import parse_job
+from orchestrator.planning import planner
+from infra.catalog import Offer, canonical_gpu, load_offers
+from orchestrator.planning.estimator import estimate
+from orchestrator.planning.spec import parse_job
 from tests.test_estimator import LOCAL_CPU, synthetic
 
 CATALOG = load_offers()

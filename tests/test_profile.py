@@ -4,8 +4,8 @@ import json
 import pytest
 import torch.nn as nn
 
-from orchestrator import profile
-from orchestrator.spec import Workload
+from orchestrator.planning import profile
+from orchestrator.planning.spec import Workload
 
 IN, HIDDEN, OUT = 32, 64, 10
 

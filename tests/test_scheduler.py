@@ -12,12 +12,12 @@ from zoneinfo import ZoneInfo
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import schedule_store as ss
-from orchestrator.cli_schedule import _standalone as cli
+from orchestrator.state import schedules as ss
+from orchestrator.cli.schedule import _standalone as cli
 from orchestrator.errors import UsageError
-from orchestrator.scheduler import (Scheduler, SchedulerLock, SchedulerRunningError, notify_scheduler,
+from orchestrator.schedule.scheduler import (Scheduler, SchedulerLock, SchedulerRunningError, notify_scheduler,
                                     running_scheduler_pid)
-from orchestrator.store import Store
+from orchestrator.state.db import Store
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "configs" / "examples" / "digits_cnn.yaml"
 MADRID = ZoneInfo("Europe/Madrid")

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import SpecError
-from orchestrator.spec import load_job, parse_job, parse_duration
+from orchestrator.planning.spec import load_job, parse_job, parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "configs/examples/digits_cnn.yaml"
@@ -80,7 +80,7 @@ def test_bad_input_exits_2_without_traceback(tmp_path):
     bad.write_text("name: x\njob: cnn\nresources:\n  accelerators: Z9:1\n")
     for cmd in (["submit", str(bad)], ["plan", str(bad)], ["submit", str(tmp_path / "missing.yaml")],
                 ["submit", str(ROOT / "configs/examples/digits_cnn.yaml"), "--max-cost", "-3"]):
-        r = subprocess.run([sys.executable, "-m", "orchestrator.cli", *cmd], capture_output=True, text=True,
+        r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *cmd], capture_output=True, text=True,
                            cwd=ROOT)
         assert r.returncode == 2, (cmd, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr
@@ -89,7 +89,7 @@ def test_bad_input_exits_2_without_traceback(tmp_path):
 
 
 def test_schema_is_json_schema():
-    r = subprocess.run([sys.executable, "-m", "orchestrator.cli", "schema"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "schema"], capture_output=True, text=True,
                        cwd=ROOT, check=True)
     schema = json.loads(r.stdout)
     assert schema["title"] == "dlrun job file"

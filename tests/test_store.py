@@ -2,7 +2,7 @@
 import multiprocessing as mp
 import sqlite3
 
-from orchestrator.store import MIGRATIONS, Store
+from orchestrator.state.db import MIGRATIONS, Store
 
 
 def test_schema_version_and_wal(tmp_path):

@@ -1,0 +1,159 @@
+"""Offer and GpuSpec records, loaded from configs/catalog/*.csv (stdlib only: fast to import)."""
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+
+from configs import CATALOG_DIR
+from infra.paths import spot_prices_path
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    architecture: str
+    memory_gb: float
+    memory_bandwidth_gbps: float
+    fp32_tflops: float
+    fp16_tensor_tflops: float | None
+    bf16: bool
+    tensor_cores: bool
+    host_link_gbps: float
+    gcp_accelerator_type: str = ""
+    aliases: tuple[str, ...] = ()
+
+    def peak_tflops(self, precision: str) -> float:
+        """Peak dense TFLOPS for a precision; falls back to fp32 where the GPU has no fast path."""
+        if precision == "fp16" and self.fp16_tensor_tflops:
+            return self.fp16_tensor_tflops
+        if precision == "bf16" and self.bf16 and self.fp16_tensor_tflops:
+            return self.fp16_tensor_tflops
+        return self.fp32_tflops
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One way to rent compute: a cloud instance type in a region, or this machine (cloud='local')."""
+
+    cloud: str
+    region: str
+    instance_type: str
+    accelerator: str | None  # None: CPU only
+    accelerator_count: int
+    gpu_memory_gb: float
+    vcpus: int
+    memory_gb: float
+    price_per_hour: float
+    spot_price_per_hour: float | None
+    price_date: str = ""
+    source: str = ""
+    host_price_per_hour: float | None = None
+    gpu_price_per_hour: float | None = None
+    host_spot_price_per_hour: float | None = None
+    gpu_spot_price_per_hour: float | None = None
+    spot_price_date: str = ""
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the offer (without the market): used for blocking and history."""
+        return f"{self.cloud}/{self.region}/{self.instance_type}"
+
+    def hourly(self, spot: bool) -> float:
+        if spot:
+            if self.spot_price_per_hour is None:
+                raise ValueError(f"{self.key} has no spot price")
+            return self.spot_price_per_hour
+        return self.price_per_hour
+
+    @property
+    def label(self) -> str:
+        gpu = f"{self.accelerator}:{self.accelerator_count}" if self.accelerator else "CPU"
+        return f"{self.cloud} {self.region} {self.instance_type} ({gpu})"
+
+
+def _f(v: str) -> float | None:
+    return float(v) if v not in ("", None) else None
+
+
+def _dir(catalog_dir: Path | None) -> Path:
+    return Path(catalog_dir or os.environ.get("DLRUN_CATALOG_DIR") or CATALOG_DIR)
+
+
+@lru_cache(maxsize=8)
+def _load_gpus(catalog_dir: Path) -> dict[str, GpuSpec]:
+    out: dict[str, GpuSpec] = {}
+    with open(catalog_dir / "gpus.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            aliases = tuple(a for a in r["aliases"].split(";") if a)
+            spec = GpuSpec(
+                name=r["accelerator"], architecture=r["architecture"],
+                memory_gb=float(r["memory_gb"]), memory_bandwidth_gbps=float(r["memory_bandwidth_gbps"]),
+                fp32_tflops=float(r["fp32_tflops"]), fp16_tensor_tflops=_f(r["fp16_tensor_tflops"]),
+                bf16=r["bf16"] == "yes", tensor_cores=r["tensor_cores"] == "yes",
+                host_link_gbps=float(r["host_link_gbps"]), gcp_accelerator_type=r["gcp_accelerator_type"],
+                aliases=aliases,
+            )
+            for n in (spec.name, *aliases):
+                out[n.upper()] = spec
+    return out
+
+
+def gpus(catalog_dir: Path | None = None) -> dict[str, GpuSpec]:
+    """GPU specs by upper-case name and alias."""
+    return _load_gpus(_dir(catalog_dir))
+
+
+def gpu_spec(name: str, catalog_dir: Path | None = None) -> GpuSpec | None:
+    return gpus(catalog_dir).get(name.upper())
+
+
+def gpu_names(catalog_dir: Path | None = None) -> list[str]:
+    """Canonical names (no aliases), in catalog order."""
+    seen: list[str] = []
+    for s in gpus(catalog_dir).values():
+        if s.name not in seen:
+            seen.append(s.name)
+    return seen
+
+
+def canonical_gpu(name: str, catalog_dir: Path | None = None) -> str | None:
+    spec = gpu_spec(name, catalog_dir)
+    return spec.name if spec else None
+
+
+def _row_to_offer(r: dict) -> Offer:
+    return Offer(
+        cloud=r["cloud"], region=r["region"], instance_type=r["instance_type"],
+        accelerator=r["accelerator"] or None, accelerator_count=int(r["accelerator_count"] or 0),
+        gpu_memory_gb=float(r["gpu_memory_gb"] or 0), vcpus=int(r["vcpus"]), memory_gb=float(r["memory_gb"]),
+        price_per_hour=float(r["price_per_hour"]), spot_price_per_hour=_f(r["spot_price_per_hour"]),
+        price_date=r.get("price_date", ""), source=r.get("source", ""),
+        host_price_per_hour=_f(r.get("host_price_per_hour", "")),
+        gpu_price_per_hour=_f(r.get("gpu_price_per_hour", "")),
+        host_spot_price_per_hour=_f(r.get("host_spot_price_per_hour", "")),
+        gpu_spot_price_per_hour=_f(r.get("gpu_spot_price_per_hour", "")),
+        spot_price_date=r.get("price_date", ""),
+    )
+
+
+def load_offers(path: Path | None = None, spot_overrides: Path | None = None) -> list[Offer]:
+    """Every cloud offer in the catalog, with refreshed spot prices applied where there are some."""
+    path = Path(path) if path else _dir(None) / "offers.csv"
+    with open(path, newline="") as f:
+        offers = [_row_to_offer(r) for r in csv.DictReader(f)]
+    if spot_overrides is None:
+        spot_overrides = spot_prices_path()
+    if spot_overrides.exists():
+        with open(spot_overrides, newline="") as f:
+            fresh = {(r["cloud"], r["region"], r["instance_type"]): r for r in csv.DictReader(f)}
+        offers = [
+            replace(o, spot_price_per_hour=float(fresh[k]["spot_price_per_hour"]),
+                    spot_price_date=fresh[k]["price_date"])
+            if (k := (o.cloud, o.region, o.instance_type)) in fresh else o
+            for o in offers
+        ]
+    return offers

@@ -1,0 +1,179 @@
+"""`dlrun`: Click commands only — parse, call one function, render, exit code.
+
+Kept import-light: no ray/torch/boto3/google import happens until a command needs it.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from orchestrator.errors import EXIT_INTERRUPTED, DlrunError
+
+# commands living in their own modules, loaded only when used (or listed by --help)
+LAZY_COMMANDS = {
+    "plan": ("orchestrator.cli.plan", "plan_command"),
+    "catalog": ("orchestrator.cli.plan", "catalog_group"),
+    "schedule": ("orchestrator.cli.schedule", "schedule"),
+    "scheduler": ("orchestrator.cli.schedule", "scheduler"),
+    "cost-report": ("orchestrator.cli.report", "cost_report"),
+    "dashboard": ("orchestrator.cli.report", "dashboard"),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx, name):
+        if name in LAZY_COMMANDS:
+            module, attr = LAZY_COMMANDS[name]
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option("0.1.0", prog_name="dlrun")
+def cli():
+    """Run a training job wherever it is cheapest: local Ray, AWS or GCP, on-demand or spot.
+
+    \b
+    Exit codes: 0 ok · 1 the job failed · 2 bad input · 3 nothing fits the budget/deadline
+                4 cloud credentials missing · 5 provisioning failed everywhere · 130 interrupted
+    """
+
+
+@cli.command()
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@click.option("--max-cost", type=float, help="USD for the whole job (overrides budget.max_cost)")
+@click.option("--deadline", help="wall-clock limit, e.g. 4h (overrides budget.deadline)")
+@click.option("--backend", type=click.Choice(["local", "aws", "gcp"]), help="only consider this backend")
+@click.option("--detach", is_flag=True, help="return the job id at once; a supervisor runs the job")
+def submit(job_file, max_cost, deadline, backend, detach):
+    """Plan, provision, run and watch JOB_FILE; always tears down what it started."""
+    from orchestrator.runs import executor as runner
+    from orchestrator.cli.render.display import make_display
+    from orchestrator.errors import NothingFitsError
+    from orchestrator.planning.spec import load_job
+
+    spec = load_job(job_file, max_cost=max_cost, deadline=deadline)
+    try:
+        plan = runner.make_plan(runner.restrict(spec, backend))
+        runner._require_choice(plan, spec)
+    except NothingFitsError as e:
+        _print_plan(e.plan)
+        raise
+    if detach:
+        res = runner.submit(spec, backend=backend, detach=True, plan=plan)
+        click.echo(res.job_id)
+        return
+    display = make_display(sys.stderr)
+    try:
+        res = runner.submit(spec, backend=backend, display=display, plan=plan)
+    finally:
+        display.close()
+    if res.result:
+        click.echo(_result_line(res))
+    sys.exit(res.exit_code)
+
+
+def _result_line(res) -> str:
+    r = res.result
+    parts = [f"{res.job_id} {res.status}"]
+    for k in ("accuracy", "loss", "epochs", "samples_per_s"):
+        if k in r:
+            v = r[k]
+            parts.append(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}")
+    return " ".join(parts)
+
+
+def _print_plan(plan) -> None:
+    if plan is None:
+        return
+    try:
+        from orchestrator.cli.plan import print_plan
+    except ImportError:
+        return
+    print_plan(plan)
+
+
+@cli.command()
+@click.argument("job_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--all", "show_all", is_flag=True, help="more than the last 20 jobs")
+def status(job_id, as_json, show_all):
+    """The jobs (or one job with its history), with accrued cost."""
+    from orchestrator.cli import status as st
+    from orchestrator.runs.reconcile import reconcile
+    from orchestrator.state.db import default_store
+
+    for line in reconcile(default_store()):  # jobs whose supervisor died are picked up again
+        click.echo(line, err=True)
+    if job_id:
+        st.show_job(job_id, as_json=as_json)
+    else:
+        st.show_jobs(limit=1000 if show_all else 20, as_json=as_json)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("-f", "--follow", is_flag=True, help="keep printing until the job ends")
+def logs(job_id, follow):
+    """The job's output (from its Ray head, or the copy dlrun kept)."""
+    from orchestrator.cli import status as st
+
+    st.print_logs(job_id, follow=follow)
+
+
+@cli.command()
+@click.argument("job_id")
+def cancel(job_id):
+    """Stop a job and tear down its cluster."""
+    from orchestrator.cli import status as st
+
+    click.echo(st.cancel(job_id))
+
+
+@cli.command()
+@click.argument("cluster_id", required=False)
+@click.option("--orphans", is_flag=True, help="also remove dlrun-tagged cloud resources no live job owns")
+def down(cluster_id, orphans):
+    """Stop the local Ray head dlrun started (only it), or one cluster, or orphans."""
+    from orchestrator.runs import teardown
+
+    for line in teardown.down(cluster_id=cluster_id, orphans=orphans):
+        click.echo(line)
+
+
+@cli.command()
+def schema():
+    """Print the job file's JSON Schema (for editors)."""
+    import json
+
+    from orchestrator.planning.spec import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+def main(argv=None) -> None:
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except DlrunError as e:
+        click.echo(f"dlrun: error: {e.message}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("dlrun: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        click.echo("\ndlrun: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.exceptions.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

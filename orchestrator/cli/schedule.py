@@ -1,0 +1,163 @@
+"""Click commands for schedules: `dlrun schedule add|list|runs|remove|pause|resume` and `dlrun scheduler`."""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+from dataclasses import asdict
+
+import click
+
+from orchestrator.state import schedules as ss
+from orchestrator.schedule import cron as st
+from orchestrator.errors import DlrunError
+
+
+def _errors_to_exit(fn):
+    """A DlrunError ends the command with one line on stderr and its exit code (no traceback)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except DlrunError as e:
+            click.echo(f"dlrun: error: {e.message}", err=True)
+            sys.exit(e.exit_code)
+    return wrapper
+
+
+def _store():
+    from orchestrator.state.db import Store
+
+    return Store()
+
+
+def _notify() -> None:
+    from orchestrator.schedule.scheduler import notify_scheduler
+
+    notify_scheduler()
+
+
+@click.group("schedule")
+def schedule():
+    """Run a job on a cron schedule, in your time zone (`dlrun scheduler` does the firing)."""
+
+
+@schedule.command("add")
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@click.option("--cron", required=True, help='5 fields: minute hour day-of-month month day-of-week '
+              '(0 or 7 = Sunday), e.g. "0 2 * * *"')
+@click.option("--tz", default=None, help="IANA time zone of the cron times (default: this machine's)")
+@click.option("--max-cost", type=float, default=None, help="USD cap for each run (overrides the job file)")
+@click.option("--name", default=None, help="schedule name (default: the job's name)")
+@click.option("--follow-file", is_flag=True, help="re-read JOB_FILE at each run instead of the copy taken now")
+@click.option("--monthly-cap", type=float, default=None,
+              help="USD per calendar month for this schedule; a run that could pass it is skipped")
+@_errors_to_exit
+def add(job_file, cron, tz, max_cost, name, follow_file, monthly_cap):
+    """Schedule JOB_FILE; a copy of the file is stored now (see --follow-file)."""
+    row = ss.add_schedule(_store(), job_file, cron, tz=tz, max_cost=max_cost, name=name,
+                          follow_file=follow_file, monthly_cap=monthly_cap)
+    _notify()
+    click.echo(f"schedule {row['name']} ({row['cron']}, {row['tz']}): next run "
+               f"{st.fmt_local(row['next_run_at'], row['tz'])}; job file {row['job_path']} "
+               f"{'followed' if row['follow_file'] else 'copied'} (hash {row['job_hash']})")
+
+
+@schedule.command("list")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@_errors_to_exit
+def list_(as_json):
+    """Schedules with their next run, last run and result, and what they spent."""
+    store = _store()
+    views = [ss.describe(store, row) for row in ss.list_schedules(store)]
+    if as_json:
+        click.echo(json.dumps([asdict(v) for v in views], indent=2))
+        return
+    if not views:
+        click.echo("no schedules; add one with: dlrun schedule add job.yaml --cron '0 2 * * *'")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None)
+    for col in ("NAME", "CRON", "TZ", "NEXT RUN", "LAST RUN", "RESULT", "SPENT", "THIS MONTH"):
+        table.add_column(col, justify="right" if col in ("SPENT", "THIS MONTH") else "left")
+    for v in views:
+        month = f"${v.spent_month:.2f}" + (f" / ${v.monthly_cap:.2f}" if v.monthly_cap else "")
+        result = v.last_result + (f" {v.last_job_id}" if v.last_job_id else "")
+        table.add_row(v.name, v.cron, v.tz, v.next_run, v.last_run, result, f"${v.spent_total:.2f}", month)
+    Console(width=200).print(table)
+
+
+@schedule.command("runs")
+@click.argument("name")
+@click.option("--limit", type=int, default=20, show_default=True)
+@_errors_to_exit
+def runs(name, limit):
+    """The firing history of one schedule: due time, outcome, job."""
+    store = _store()
+    history = ss.runs(store, name)
+    tz = ss.get_schedule(store, name)["tz"]
+    if not history:
+        click.echo(f"{name}: no firings yet")
+    for r in history[-limit:]:
+        click.echo(f"{st.fmt_local(r['due_at'], tz)}  {r['outcome']:<16} {r['job_id'] or '-':<16} {r['detail'] or ''}")
+
+
+@schedule.command("remove")
+@click.argument("name")
+@_errors_to_exit
+def remove(name):
+    """Delete a schedule (its jobs and their history stay)."""
+    row = ss.remove_schedule(_store(), name)
+    _notify()
+    click.echo(f"removed schedule {row['name']}")
+
+
+@schedule.command("pause")
+@click.argument("name")
+@_errors_to_exit
+def pause(name):
+    """Stop firing NAME until `dlrun schedule resume NAME`."""
+    row = ss.set_paused(_store(), name, True)
+    _notify()
+    click.echo(f"paused schedule {row['name']}")
+
+
+@schedule.command("resume")
+@click.argument("name")
+@_errors_to_exit
+def resume(name):
+    """Fire NAME again from its next occurrence (runs missed while paused are not caught up)."""
+    row = ss.set_paused(_store(), name, False)
+    _notify()
+    click.echo(f"resumed schedule {row['name']}: next run {st.fmt_local(row['next_run_at'], row['tz'])}")
+
+
+@click.command("scheduler")
+@click.option("--recheck", type=float, default=60.0, show_default=True,
+              help="seconds between re-reads of the schedules when nothing is due")
+@click.option("-q", "--quiet", is_flag=True, help="log only warnings")
+@_errors_to_exit
+def scheduler(recheck, quiet):
+    """Fire due schedules until stopped (run it under systemd or another process manager)."""
+    from orchestrator.schedule.scheduler import serve
+
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(message)s")
+    if not recheck > 0:
+        raise click.BadParameter("must be > 0", param_hint="--recheck")
+    serve(recheck_s=recheck)
+
+
+@click.group()
+def _standalone():
+    """schedule + scheduler without the main CLI (python -m orchestrator.cli.schedule)."""
+
+
+_standalone.add_command(schedule)
+_standalone.add_command(scheduler)
+
+if __name__ == "__main__":
+    _standalone()

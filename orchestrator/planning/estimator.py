@@ -1,0 +1,213 @@
+"""(profile, offer) -> Estimate: predicted step time, run time, hours and dollars, and memory fit.
+
+Step time is a per-operator roofline: each op takes the longest of its FLOPs at the precision's
+peak × an efficiency, its bytes at the memory bandwidth × an efficiency, and its kernel launches
+(small models are launch-bound, which one global efficiency cannot express). Add a fixed per-step
+overhead, the host→device copy of the batch and, with several GPUs, the gradient all-reduce.
+The local backend uses measured steps instead. Finished runs correct the result per
+(accelerator, model family) — see history_from_store.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from infra.catalog import GpuSpec, Offer, gpu_spec
+
+# Calibrated priors (the few constants of the model). GPU figures: eager PyTorch on cloud GPUs.
+COMPUTE_EFFICIENCY = {"fp32": 0.60, "tensor": 0.45}  # of datasheet peak, for matmul/conv
+OLD_ARCH_COMPUTE_EFFICIENCY = 0.45  # Kepler/Maxwell: poorer cuDNN kernels
+MEMORY_EFFICIENCY = 0.70  # of datasheet bandwidth, for elementwise/norm/optimizer ops
+GPU_LAUNCH_SECONDS = 12e-6  # per op: dispatcher + kernel launch of eager PyTorch
+GPU_STEP_OVERHEAD_SECONDS = 2e-3  # Python loop, DataLoader, loss.item() sync
+CPU_COMPUTE_EFFICIENCY = 0.55  # of the measured matmul probe
+CPU_LAUNCH_SECONDS = 15e-6
+CPU_STEP_OVERHEAD_SECONDS = 1e-3
+INTER_NODE_GBPS = 3.0  # effective all-reduce bandwidth between cloud nodes (GB/s)
+MEMORY_SAFETY = 1.15  # allocator fragmentation and workspace
+CUDA_CONTEXT_GB = 0.5
+STARTUP_SECONDS = {"local": 5.0, "aws": 360.0, "gcp": 330.0}  # provision + boot + install
+STARTUP_PER_EXTRA_NODE = 30.0
+PREEMPTIONS_PER_NODE_HOUR = {"aws": 0.05, "gcp": 0.10}
+MIN_CORRECTION, MAX_CORRECTION = 0.2, 5.0
+# per-epoch evaluation: forward passes (about 1/3 of a training step) over a held-out set of a
+# quarter of the training size (the built-in jobs' 80/20 split)
+EVAL_FRACTION = 0.25 / 3
+# the job process's own start: data set load and model build (the built-in jobs: ~2 s here,
+# mostly importing scikit-learn and reading the digits); part of the run, not of the cluster start-up
+JOB_START_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    hours: float
+    cost: float
+    fits: bool
+    why_not: str | None
+    step_seconds: float
+    run_seconds: float
+    startup_seconds: float
+    needed_gb: float
+    price_per_hour: float
+    spot: bool = False
+    preemption_seconds: float = 0.0
+    raw_run_seconds: float = 0.0  # before the history correction
+    correction: float = 1.0
+    accelerator: str = "cpu"
+    model_family: str = "unknown"
+    basis: str = "roofline"  # roofline | measured
+
+    @property
+    def total_seconds(self) -> float:
+        return self.hours * 3600.0
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+# --- step time ---------------------------------------------------------------------------------
+
+def _gpu_compute_tflops(gpu: GpuSpec, precision: str) -> float:
+    peak = gpu.peak_tflops(precision)
+    if gpu.architecture.startswith(("Kepler", "Maxwell")):
+        eff = OLD_ARCH_COMPUTE_EFFICIENCY
+    else:
+        eff = COMPUTE_EFFICIENCY["tensor" if peak != gpu.fp32_tflops else "fp32"]
+    return peak * eff
+
+
+def _roofline(profile, flops_per_s: float, bytes_per_s: float, launch_s: float, split: int) -> float:
+    """Sum over ops of max(compute, memory, launches); `split` GPUs share the batch."""
+    total = 0.0
+    for op in profile.ops:
+        total += max(op.flops / split / flops_per_s, op.bytes / split / bytes_per_s, op.count * launch_s)
+    return total
+
+
+def gpu_step_seconds(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1) -> float:
+    n = max(1, gpus_per_node * num_nodes)
+    step = _roofline(profile, _gpu_compute_tflops(gpu, profile.precision) * 1e12,
+                     gpu.memory_bandwidth_gbps * 1e9 * MEMORY_EFFICIENCY, GPU_LAUNCH_SECONDS, n)
+    step += GPU_STEP_OVERHEAD_SECONDS + profile.batch_input_bytes / n / (gpu.host_link_gbps * 1e9)
+    if n > 1:  # ring all-reduce of the gradients
+        link = INTER_NODE_GBPS if num_nodes > 1 else gpu.host_link_gbps
+        step += 2 * (n - 1) / n * profile.grad_bytes / (link * 1e9)
+    return step
+
+
+def cpu_roofline_step_seconds(profile, probe: dict) -> float:
+    return _roofline(profile, probe["matmul_gflops"] * 1e9 * CPU_COMPUTE_EFFICIENCY,
+                     probe["copy_gbps"] * 1e9, CPU_LAUNCH_SECONDS, 1) + CPU_STEP_OVERHEAD_SECONDS
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+def needed_gb(profile, gpus: int = 1) -> float:
+    if profile.source != "measured":
+        return 0.0
+    per_gpu = profile.state_bytes + (profile.activation_bytes + profile.batch_input_bytes) / max(1, gpus)
+    return per_gpu * MEMORY_SAFETY / 1e9 + CUDA_CONTEXT_GB
+
+
+# --- the estimate -----------------------------------------------------------------------------
+
+def _offer_step(profile, offer: Offer, num_nodes: int) -> tuple[float, str]:
+    """(seconds per step, basis) for an offer, memoised on the profile (the planner asks 10,000×)."""
+    cache = profile.__dict__.setdefault("_step_cache", {})
+    key = (offer.cloud == "local", offer.accelerator, offer.accelerator_count, num_nodes)
+    if key in cache:
+        return cache[key]
+    measured = profile.local_step_seconds
+    if offer.cloud == "local" and offer.accelerator is None:
+        if "cpu" in measured:
+            result = (measured["cpu"], "measured")
+        else:
+            from orchestrator.planning.profile import cpu_probe
+
+            result = (cpu_roofline_step_seconds(profile, cpu_probe()), "roofline")
+    elif offer.cloud == "local" and "cuda" in measured:
+        result = (measured["cuda"], "measured")
+    else:
+        gpu = gpu_spec(offer.accelerator or "") or gpu_spec("T4")  # an unknown local GPU: assume a T4
+        result = (gpu_step_seconds(profile, gpu, max(1, offer.accelerator_count), num_nodes), "roofline")
+    cache[key] = result
+    return result
+
+
+def correction_for(history, accelerator: str, family: str) -> float:
+    if not history:
+        return 1.0
+    return history.get((accelerator, family), 1.0)
+
+
+def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=None) -> Estimate:
+    step, basis = _offer_step(profile, offer, num_nodes)
+    accelerator = offer.accelerator or "cpu"
+    correction = correction_for(history, accelerator, profile.model_family)
+    measured = profile.source == "measured"
+    raw_run = step * profile.total_steps * (1 + EVAL_FRACTION if measured else 1) + (JOB_START_SECONDS if measured else 0)
+    run = raw_run * correction
+    local = offer.cloud == "local"
+    startup = STARTUP_SECONDS.get(offer.cloud, STARTUP_SECONDS["aws"]) + STARTUP_PER_EXTRA_NODE * (num_nodes - 1)
+
+    preempt = 0.0
+    if spot and not local:
+        rate = PREEMPTIONS_PER_NODE_HOUR.get(offer.cloud, 0.1) * num_nodes
+        epoch_s = run / max(1, profile.epochs)
+        lost = min(epoch_s, run) / 2  # checkpoints are written every epoch
+        preempt = rate * run / 3600.0 * (startup + lost)
+
+    gpus = max(1, offer.accelerator_count)
+    need = needed_gb(profile, gpus)
+    if offer.accelerator is None:
+        have, what = offer.memory_gb, "CPU RAM"
+        need = max(0.0, need - CUDA_CONTEXT_GB)
+    else:
+        have, what = offer.gpu_memory_gb, offer.accelerator
+    fits = need <= have or have <= 0
+    why = None if fits else f"{what}: needs {need:.1f} GB, has {have:g} GB"
+
+    hourly = offer.hourly(spot) * num_nodes
+    hours = (startup + run + preempt) / 3600.0
+    return Estimate(hours=hours, cost=hours * hourly, fits=fits, why_not=why, step_seconds=step * correction,
+                    run_seconds=run, startup_seconds=startup, needed_gb=need, price_per_hour=hourly, spot=spot,
+                    preemption_seconds=preempt, raw_run_seconds=raw_run, correction=correction,
+                    accelerator=accelerator, model_family=profile.model_family, basis=basis)
+
+
+# --- learning from finished runs ----------------------------------------------------------------
+
+def _damped(ratios: list[float]) -> float:
+    """Median ratio, pulled toward 1 while there are few runs (one odd run must not swing it)."""
+    if not ratios:
+        return 1.0
+    weight = len(ratios) / (len(ratios) + 1)
+    factor = math.exp(weight * math.log(statistics.median(ratios)))
+    return min(MAX_CORRECTION, max(MIN_CORRECTION, factor))
+
+
+def corrections_from_runs(runs) -> dict[tuple[str, str], float]:
+    """runs: (accelerator, model_family, est_run_seconds, actual_run_seconds) in time order.
+
+    Recorded estimates already carried the correction in force when they were made; replaying the
+    history in order recovers the model's raw estimate (est / correction then), so that the
+    correction converges instead of drifting back toward 1.
+    """
+    raw_ratios: dict[tuple[str, str], list[float]] = {}
+    for accelerator, family, est, actual in runs:
+        if not est or not actual or est <= 0 or actual <= 0:
+            continue
+        key = (accelerator or "cpu", family or "unknown")
+        ratios = raw_ratios.setdefault(key, [])
+        raw_est = est / _damped(ratios)
+        ratios.append(actual / raw_est)
+    return {k: _damped(v) for k, v in raw_ratios.items()}
+
+
+def history_from_store(store) -> dict[tuple[str, str], float]:
+    """Correction factors per (accelerator, model_family) from the store's finished jobs."""
+    rows = store.query(
+        "SELECT accelerator, model_family, est_run_seconds, actual_run_seconds FROM jobs "
+        "WHERE status='SUCCEEDED' AND est_run_seconds > 0 AND actual_run_seconds > 0 ORDER BY created_at")
+    return corrections_from_runs([(r[0], r[1], r[2], r[3]) for r in rows])

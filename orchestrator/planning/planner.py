@@ -1,0 +1,219 @@
+"""(spec, offers, blocked) -> Plan: every candidate estimated and ranked, the cheapest feasible chosen.
+
+A candidate is an offer in one market (on-demand or spot). It is *eligible* when the spec allows it
+(clouds, regions, accelerator wish, GPU memory, spot policy, not blocked) and *feasible* when it is
+eligible, the model fits its memory, and its estimate meets max_cost and the deadline. The choice is
+the cheapest feasible candidate; ties go to the faster one, then to the offer key (deterministic).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from infra.catalog import Offer, canonical_gpu
+from orchestrator.planning.estimator import Estimate, estimate, history_from_store
+
+# With neither a workload nor a reference the planner assumes this (and says so in the plan).
+DEFAULT_REFERENCE = {"accelerator": "T4", "hours": 1.0, "count": 1}
+REFERENCE_COMPUTE_SHARE = 0.7  # of the reference time spent in matmul/conv, the rest on memory
+
+
+@dataclass
+class Candidate:
+    offer: Offer
+    spot: bool
+    estimate: Estimate
+    eligible: bool
+    feasible: bool
+    reason: str | None = None  # why excluded (None when feasible)
+    chosen: bool = False
+
+    @property
+    def backend(self) -> str:
+        return self.offer.cloud
+
+    def to_json(self) -> dict:
+        o = self.offer
+        return {"key": o.key, "cloud": o.cloud, "region": o.region, "instance_type": o.instance_type,
+                "accelerator": o.accelerator, "accelerator_count": o.accelerator_count, "spot": self.spot,
+                "eligible": self.eligible, "feasible": self.feasible, "chosen": self.chosen,
+                "reason": self.reason, "price_date": o.spot_price_date if self.spot else o.price_date,
+                "estimate": self.estimate.to_json()}
+
+
+@dataclass
+class Plan:
+    candidates: list[Candidate]
+    chosen: Candidate | None
+    cheapest_feasible_cost_ignoring_budget: float | None
+    fastest_hours_ignoring_deadline: float | None = None
+    max_cost: float | None = None
+    deadline_seconds: float | None = None
+    profile: object = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ranked(self) -> list[Candidate]:
+        """Feasible first (cheapest, then fastest), then eligible-but-excluded, then the rest."""
+        return sorted(self.candidates, key=lambda c: (not c.feasible, not c.eligible, c.estimate.cost,
+                                                        c.estimate.hours, c.offer.key, c.spot))
+
+    def nothing_fits_message(self) -> str:
+        if self.cheapest_feasible_cost_ignoring_budget is not None and self.max_cost is not None:
+            return (f"nothing fits the budget of ${self.max_cost:.2f}: the cheapest candidate that would work "
+                    f"costs ${self.cheapest_feasible_cost_ignoring_budget:.2f}; raise --max-cost")
+        if self.fastest_hours_ignoring_deadline is not None and self.deadline_seconds is not None:
+            return (f"nothing meets the deadline of {self.deadline_seconds / 3600:.2f} h: the fastest candidate "
+                    f"needs {self.fastest_hours_ignoring_deadline:.2f} h; extend --deadline")
+        return "nothing fits: no candidate can run this job (see 'why excluded'); relax resources or clouds"
+
+    def to_json(self) -> dict:
+        return {"chosen": self.chosen.to_json() if self.chosen else None,
+                "cheapest_feasible_cost_ignoring_budget": self.cheapest_feasible_cost_ignoring_budget,
+                "fastest_hours_ignoring_deadline": self.fastest_hours_ignoring_deadline,
+                "max_cost": self.max_cost, "deadline_seconds": self.deadline_seconds, "notes": self.notes,
+                "profile": _profile_summary(self.profile),
+                "candidates": [c.to_json() for c in self.ranked]}
+
+
+def _profile_summary(p) -> dict | None:
+    if p is None:
+        return None
+    return {"model": p.model, "model_family": p.model_family, "source": p.source, "params": p.params,
+            "flops_per_step": p.flops_per_step, "total_steps": p.total_steps,
+            "state_bytes": p.state_bytes, "activation_bytes": p.activation_bytes,
+            "local_step_seconds": p.local_step_seconds, "note": p.note}
+
+
+# --- the profile a spec is planned with ----------------------------------------------------------
+
+def reference_profile(accelerator: str, hours: float, count: int = 1, note: str = ""):
+    """A synthetic profile that takes `hours` on `count` × `accelerator` (or 'cpu'), for scaling."""
+    from infra.catalog import gpu_spec
+    from orchestrator.planning.estimator import (GPU_STEP_OVERHEAD_SECONDS, _gpu_compute_tflops, MEMORY_EFFICIENCY,
+                                        CPU_COMPUTE_EFFICIENCY)
+    from orchestrator.planning.profile import OpCost, WorkloadProfile
+
+    steps = 1000
+    if accelerator.lower() == "cpu":
+        from orchestrator.planning.profile import cpu_probe
+
+        probe = cpu_probe()
+        flops_s, bytes_s, n, overhead = probe["matmul_gflops"] * 1e9 * CPU_COMPUTE_EFFICIENCY, \
+            probe["copy_gbps"] * 1e9, 1, 0.0
+    else:
+        gpu = gpu_spec(accelerator)
+        flops_s = _gpu_compute_tflops(gpu, "fp32") * 1e12
+        bytes_s, n, overhead = gpu.memory_bandwidth_gbps * 1e9 * MEMORY_EFFICIENCY, count, GPU_STEP_OVERHEAD_SECONDS
+    step = max(hours * 3600.0 / steps - overhead, 1e-6)
+    ops = [OpCost("matmul", 0, REFERENCE_COMPUTE_SHARE * step * flops_s * n, 0.0),
+           OpCost("elementwise", 0, 0.0, (1 - REFERENCE_COMPUTE_SHARE) * step * bytes_s * n)]
+    return WorkloadProfile(model="(reference)", model_family="unknown", precision="fp32", batch_size=1,
+                           steps_per_epoch=steps, epochs=1, params=0, weight_bytes=0, grad_bytes=0,
+                           optimizer_bytes=0, activation_bytes=0, batch_input_bytes=0,
+                           flops_per_step=ops[0].flops, ops=ops, source="reference", note=note)
+
+
+def profile_for(spec):
+    if spec.workload is not None:
+        from orchestrator.planning.profile import measure
+
+        return measure(spec.workload)
+    if spec.reference is not None:
+        r = spec.reference
+        return reference_profile(r.accelerator, r.hours, r.count,
+                                 note=f"scaled from the reference: {r.hours:g} h on {r.count}×{r.accelerator}; "
+                                      "memory fit not checked (give a workload to check it)")
+    d = DEFAULT_REFERENCE
+    return reference_profile(d["accelerator"], d["hours"], d["count"],
+                             note=f"no workload or reference in the job: assumed {d['hours']:g} h on "
+                                  f"{d['count']}×{d['accelerator']}; add a workload for a real estimate")
+
+
+# --- eligibility -----------------------------------------------------------------------------------
+
+SPOT_POOL_BLOCKED = "spot pool blocked after a preemption"
+
+
+def spot_block_key(offer: Offer) -> str:
+    """Blocks only the spot market of an offer (a preemption says nothing about on-demand capacity)."""
+    return f"spot:{offer.key}"
+
+
+def is_blocked(offer: Offer, blocked: frozenset[str]) -> bool:
+    return bool(blocked) and (offer.cloud in blocked or f"{offer.cloud}/{offer.region}" in blocked
+                              or offer.key in blocked)
+
+
+def markets(offer: Offer, spot_policy: str) -> list[bool]:
+    """Which markets of an offer a spot policy allows. Local has no market: always on-demand."""
+    if offer.cloud == "local":
+        return [False]
+    has_spot = offer.spot_price_per_hour is not None
+    return {"never": [False], "always": [True] if has_spot else [],
+            "auto": [False, True] if has_spot else [False]}[spot_policy]
+
+
+def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
+    """Why the spec rules an offer out (before estimating), or None."""
+    res = spec.resources
+    if offer.cloud not in res.clouds:
+        return f"cloud {offer.cloud} not in resources.clouds"
+    if is_blocked(offer, blocked):
+        return "blocked after a failure"
+    if res.regions and offer.cloud != "local" and offer.region not in res.regions:
+        return f"region {offer.region} not in resources.regions"
+    if offer.cloud == "local" and res.num_nodes > 1:
+        return "local runs on one node"
+    wishes = res.accelerator_wishes
+    if wishes:
+        name = canonical_gpu(offer.accelerator) if offer.accelerator else None
+        if not any(canonical_gpu(w.name) == name and w.count == offer.accelerator_count for w in wishes):
+            want = ", ".join(f"{w.name}:{w.count}" for w in wishes)
+            return f"not {want}"
+    min_mem = res.min_gpu_memory_gb
+    if min_mem is not None and (offer.accelerator is None or offer.gpu_memory_gb < min_mem):
+        return f"GPU memory {offer.gpu_memory_gb:g} GB < {min_mem:g} GB"
+    return None
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), local_offers: list[Offer] = (),
+         store=None, profile=None, history=None) -> Plan:
+    profile = profile or profile_for(spec)
+    if history is None and store is not None:
+        history = history_from_store(store)
+    blocked = frozenset(blocked)
+    max_cost, deadline = spec.budget.max_cost, spec.budget.deadline_seconds
+    nodes = spec.resources.num_nodes
+    candidates: list[Candidate] = []
+    for offer in [*local_offers, *offers]:
+        reason = exclusion_reason(spec, offer, blocked)
+        allowed = markets(offer, spec.resources.spot)
+        if not allowed:
+            reason = reason or "no spot price (spot: always)"
+        for spot in allowed or [False]:
+            est = estimate(profile, offer, spot=spot, num_nodes=nodes, history=history)
+            market_reason = reason or (SPOT_POOL_BLOCKED if spot and spot_block_key(offer) in blocked else None)
+            why = market_reason or (est.why_not if not est.fits else None)
+            if why is None and max_cost is not None and est.cost > max_cost:
+                why = f"est. ${est.cost:.2f} > budget ${max_cost:.2f}"
+            if why is None and deadline is not None and est.total_seconds > deadline:
+                why = f"est. {est.hours:.2f} h > deadline {deadline / 3600:.2f} h"
+            candidates.append(Candidate(offer, spot, est, eligible=market_reason is None, feasible=why is None,
+                                        reason=why))
+    feasible = [c for c in candidates if c.feasible]
+    chosen = min(feasible, key=_rank, default=None)
+    if chosen:
+        chosen.chosen = True
+    workable = [c for c in candidates if c.eligible and c.estimate.fits]
+    in_time = [c for c in workable if deadline is None or c.estimate.total_seconds <= deadline]
+    notes = [profile.note] if profile.note else []
+    return Plan(candidates=candidates, chosen=chosen,
+                cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
+                fastest_hours_ignoring_deadline=min((c.estimate.hours for c in workable), default=None),
+                max_cost=max_cost, deadline_seconds=deadline, profile=profile, notes=notes)
+
+
+def _rank(c: Candidate):
+    return (c.estimate.cost, c.estimate.hours, c.offer.key, c.spot)

@@ -1,0 +1,382 @@
+"""WorkloadProfile: what one training step of a job costs, measured once and cached.
+
+FLOPs (forward + backward) come from torch's FlopCounterMode; bytes moved per operator from a
+dispatch mode that sums the sizes of every op's inputs and outputs. Both run on the meta device, so
+a model too big for this machine is still profiled in milliseconds. Activation memory is the size of
+the tensors autograd saves for backward. The local step time is measured with a few real training
+steps on this machine (skipped when the roofline says one step would take too long here).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from orchestrator.state.db import dlrun_home
+
+PROFILE_VERSION = 3
+# the local measurement is skipped (the roofline is used instead) when the CPU roofline predicts a
+# step longer than this, or the model's training state is bigger than this: it would take long and
+# crowd the machine
+MAX_LOCAL_STEP_SECONDS = 2.0
+MAX_LOCAL_MEASURE_BYTES = 2e9
+# the built-in jobs train on CPU with one torch thread (jobs/train.py --cpu-threads 1): time steps alike
+LOCAL_CPU_THREADS = 1
+TOO_BIG_NOTE = "the model is too big to time on this machine: the local estimate comes from the CPU roofline"
+BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}
+OPTIMIZER_STATE_PER_PARAM = {"adam": 2, "adamw": 2, "sgd": 1}  # fp32 values per parameter
+# ops with FLOPs (matmul, conv, attention) are "compute" ops; everything else moves memory
+_FREE_OPS = {"detach", "view", "_unsafe_view", "t", "transpose", "expand", "reshape", "permute",
+             "unsqueeze", "squeeze", "as_strided", "slice", "select", "alias", "split", "unbind",
+             "lift_fresh", "empty", "empty_like", "zeros", "ones", "ones_like", "zeros_like",
+             "new_empty", "new_zeros", "new_ones", "empty_strided", "_reshape_alias"}
+
+
+@dataclass
+class OpCost:
+    name: str
+    count: int
+    flops: float
+    bytes: float
+
+
+@dataclass
+class WorkloadProfile:
+    model: str
+    model_family: str
+    precision: str
+    batch_size: int
+    steps_per_epoch: int
+    epochs: int
+    params: int
+    weight_bytes: float
+    grad_bytes: float
+    optimizer_bytes: float
+    activation_bytes: float
+    batch_input_bytes: float
+    flops_per_step: float
+    ops: list[OpCost] = field(default_factory=list)
+    local_step_seconds: dict[str, float] = field(default_factory=dict)
+    local_threads: int = 0
+    source: str = "measured"  # measured | reference | default
+    note: str = ""
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps_per_epoch * self.epochs
+
+    @property
+    def compute_flops(self) -> float:
+        return sum(o.flops for o in self.ops)
+
+    @property
+    def memory_bytes(self) -> float:
+        """Bytes moved by the ops without FLOPs (elementwise, pooling, norms, optimizer)."""
+        return sum(o.bytes for o in self.ops if o.flops == 0)
+
+    @property
+    def op_count(self) -> int:
+        return sum(o.count for o in self.ops)
+
+    @property
+    def state_bytes(self) -> float:
+        return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> WorkloadProfile:
+        d = dict(d)
+        d["ops"] = [OpCost(**o) for o in d.get("ops", [])]
+        return cls(**d)
+
+
+def profiles_dir() -> Path:
+    p = dlrun_home() / "profiles"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def workload_hash(workload) -> str:
+    blob = json.dumps({"v": PROFILE_VERSION, "w": workload.model_dump(mode="json")}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def measure(workload, *, measure_local: bool = True, refresh: bool = False) -> WorkloadProfile:
+    """Profile one training step of `workload` (a spec.Workload); cached under $DLRUN_HOME/profiles/."""
+    path = profiles_dir() / f"{workload_hash(workload)}.json"
+    if path.exists() and not refresh:
+        try:
+            cached = WorkloadProfile.from_json(json.loads(path.read_text()))
+            if cached.local_step_seconds or not measure_local or cached.note == TOO_BIG_NOTE:
+                return cached
+        except (ValueError, TypeError, KeyError):
+            pass
+    prof = _static_profile(workload)
+    if measure_local:
+        from orchestrator.planning.estimator import cpu_roofline_step_seconds
+
+        small = prof.state_bytes + prof.activation_bytes <= MAX_LOCAL_MEASURE_BYTES
+        if small and cpu_roofline_step_seconds(prof, cpu_probe()) <= MAX_LOCAL_STEP_SECONDS:
+            prof.local_step_seconds = {"cpu": measure_local_step_robust(workload, "cpu")}
+            prof.local_threads = LOCAL_CPU_THREADS
+        else:
+            prof.note = TOO_BIG_NOTE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(prof.to_json()))
+    tmp.replace(path)
+    return prof
+
+
+# --- building the model and one batch ----------------------------------------------------------
+
+def build_model(workload, device: str = "cpu"):
+    import torch
+
+    module_name, _, attr = workload.model.partition(":")
+    from orchestrator.errors import SpecError
+
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise SpecError(f"workload.model: cannot import '{workload.model}' ({e}); check module:callable") from None
+    with torch.device(device):
+        try:
+            return factory(**workload.model_kwargs)
+        except TypeError as e:
+            raise SpecError(f"workload.model_kwargs: {workload.model} rejected them ({e})") from None
+
+
+def make_batch(workload, device: str = "cpu", batch_size: int | None = None):
+    import torch
+
+    b = batch_size or workload.batch_size
+    shape = (b, *workload.input_shape)
+    if workload.input_dtype == "long":
+        high = int(workload.model_kwargs.get("vocab_size", 2))
+        x = torch.randint(0, max(high, 1), shape, device=device) if device != "meta" else \
+            torch.empty(shape, dtype=torch.long, device=device)
+    else:
+        x = torch.randn(shape, device=device)
+    y = torch.randint(0, workload.num_classes, (b,), device=device) if device != "meta" else \
+        torch.empty((b,), dtype=torch.long, device=device)
+    return x, y
+
+
+def loss_of(out, y, num_classes: int):
+    import torch.nn.functional as F
+
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    if out.dim() == 2 and out.shape[1] == num_classes:
+        return F.cross_entropy(out, y)
+    return out.float().square().mean()
+
+
+def make_optimizer(workload, params):
+    import torch
+
+    lr = 1e-3
+    return {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}.get(
+        workload.optimizer, lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=0.9))(params, lr=lr)
+
+
+def model_family(model) -> str:
+    """A coarse architecture family, the key (with the GPU) for learning from finished runs."""
+    import torch.nn as nn
+
+    kinds = {type(m) for m in model.modules()}
+    if any(issubclass(k, (nn.MultiheadAttention, nn.TransformerEncoderLayer)) for k in kinds):
+        return "attention"
+    if any(issubclass(k, nn.RNNBase) for k in kinds):
+        return "recurrent"
+    if any(issubclass(k, nn.modules.conv._ConvNd) for k in kinds):
+        return "conv"
+    return "mlp"
+
+
+# --- the static profile (meta device) ----------------------------------------------------------
+
+def _op_recorder():
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    from torch.utils.flop_counter import flop_registry
+
+    import torch
+
+    class OpRecorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: dict[str, list] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            name = func.overloadpacket.__name__
+            if name in _FREE_OPS:
+                return out
+            flops = 0
+            counter = flop_registry.get(func.overloadpacket)
+            if counter is not None:
+                flops = counter(*args, **kwargs, out_val=out)
+            moved = sum(t.numel() * t.element_size() for t in tree_flatten((args, kwargs, out))[0]
+                        if isinstance(t, torch.Tensor))
+            rec = self.ops.setdefault(name, [0, 0.0, 0.0])
+            rec[0] += 1
+            rec[1] += flops
+            rec[2] += moved
+            return out
+
+    return OpRecorder()
+
+
+def _static_profile(workload) -> WorkloadProfile:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        model = build_model(workload, "meta")
+        device = "meta"
+    except Exception:  # some factories cannot build on meta (e.g. they load data): use the CPU
+        model = build_model(workload, "cpu")
+        device = "cpu"
+    model.train()
+    params = list(model.parameters())
+    n_params = sum(p.numel() for p in params)
+    x, y = make_batch(workload, device)
+
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        saved.setdefault(id(t.untyped_storage()) if device != "meta" else id(t), t.numel() * t.element_size())
+        return t
+
+    counter = FlopCounterMode(display=False)
+    recorder = _op_recorder()
+    with counter, recorder:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = loss_of(model(x), y, workload.num_classes)
+        loss.backward()
+        opt = make_optimizer(workload, params)
+        opt.step()  # the optimizer's elementwise traffic is part of every step
+    precision_scale = BYTES_PER_ELEMENT[workload.precision] / 4
+    family = model_family(model)
+    ops = [OpCost(name, int(c), float(f), float(b) * (precision_scale if f == 0 else 1.0))
+           for name, (c, f, b) in sorted(recorder.ops.items())]
+    return WorkloadProfile(
+        model=workload.model, model_family=family, precision=workload.precision,
+        batch_size=workload.batch_size, steps_per_epoch=workload.steps_per_epoch, epochs=workload.epochs,
+        params=int(n_params),
+        weight_bytes=4.0 * n_params, grad_bytes=4.0 * n_params,
+        optimizer_bytes=4.0 * n_params * OPTIMIZER_STATE_PER_PARAM[workload.optimizer],
+        activation_bytes=float(sum(saved.values())) * precision_scale,
+        batch_input_bytes=float(x.numel() * x.element_size() + y.numel() * y.element_size()),
+        flops_per_step=float(counter.get_total_flops()), ops=ops,
+    )
+
+
+# --- measured on this machine -------------------------------------------------------------------
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def measure_local_step(workload, device: str = "cpu", *, min_steps: int = 8, warmup_steps: int = 3,
+                       warmup_seconds: float = 0.3, measure_seconds: float = 0.6, max_steps: int = 60,
+                       quantile: float = 0.5) -> float:
+    """Median seconds of a real training step on this machine (synthetic data of the right shape).
+
+    The first steps of a fresh model pay one-time costs (kernel selection, thread pool start), so
+    warm-up runs for a number of steps and a minimum time before steps are timed.
+    """
+    import torch
+
+    torch.manual_seed(0)
+    model = build_model(workload, device)
+    model.train()
+    opt = make_optimizer(workload, list(model.parameters()))
+    n = workload.batch_size * min(8, workload.steps_per_epoch)
+    xs, ys = make_batch(workload, device, batch_size=n)
+    autocast = workload.precision != "fp32" and device != "cpu"
+    dtype = torch.float16 if workload.precision == "fp16" else torch.bfloat16
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def step(i: int) -> float:  # index into the data like the built-in jobs' loop
+        t0 = time.perf_counter()
+        idx = order[i % n:i % n + workload.batch_size]
+        xb, yb = xs[idx], ys[idx]
+        with torch.autocast(device_type=device.split(":")[0], dtype=dtype, enabled=autocast):
+            loss = loss_of(model(xb), yb, workload.num_classes)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sync()
+        return time.perf_counter() - t0
+
+    order = torch.randperm(n, device=device)
+    i, start = 0, time.perf_counter()
+    while i < warmup_steps or (time.perf_counter() - start < warmup_seconds and i < max_steps):
+        step(i * workload.batch_size)
+        i += 1
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_steps or (time.perf_counter() - start < measure_seconds and len(times) < max_steps):
+        times.append(step((i + len(times)) * workload.batch_size))
+    times.sort()
+    return times[min(len(times) - 1, int(len(times) * quantile))]
+
+
+def measure_local_step_robust(workload, device: str = "cpu", rounds: int = 2) -> float:
+    """The fastest of a few rounds' lower quintile: on a shared machine (2 cores, torch using both) a
+    burst of load from other processes slows steps 10-50×; it never speeds them up."""
+    import torch
+
+    before = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(LOCAL_CPU_THREADS)
+    try:
+        return min(measure_local_step(workload, device, quantile=0.2) for _ in range(rounds))
+    finally:
+        torch.set_num_threads(before)
+
+
+def cpu_probe(*, refresh: bool = False) -> dict:
+    """This machine's fp32 matmul GFLOP/s and copy bandwidth (GB/s), cached per machine and threads."""
+    key = f"{platform.node()}-{os.cpu_count()}-{os.environ.get('OMP_NUM_THREADS', '')}"
+    path = profiles_dir() / "cpu_probe.json"
+    if path.exists() and not refresh:
+        try:
+            data = json.loads(path.read_text())
+            if data.get("key") == key:
+                return data
+        except ValueError:
+            pass
+    import torch
+
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a @ b
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < 0.3:
+        a @ b
+        reps += 1
+    gflops = 2 * 1024**3 * reps / (time.perf_counter() - t0) / 1e9
+    src = torch.randn(8 * 1024 * 1024)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < 0.2:
+        dst.copy_(src)
+        reps += 1
+    gbps = 2 * src.numel() * 4 * reps / (time.perf_counter() - t0) / 1e9
+    data = {"key": key, "matmul_gflops": round(gflops, 1), "copy_gbps": round(gbps, 1),
+            "threads": torch.get_num_threads(), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    path.write_text(json.dumps(data))
+    return data

@@ -1,0 +1,334 @@
+"""The job file: JobSpec (pydantic) and load_job(path), which turns every mistake into one SpecError line."""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from infra.catalog import canonical_gpu, gpu_names
+from orchestrator.errors import SpecError
+
+CLOUDS = ("local", "aws", "gcp")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNITS = {"": 3600, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """'4h', '90m', '1.5d', 3600 (seconds) -> seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError("must be positive")
+        return float(value)
+    m = _DURATION.match(str(value))
+    if not m:
+        raise ValueError(f"'{value}' is not a duration; write e.g. 30m, 4h or 1d")
+    seconds = float(m[1]) * _UNITS[m[2]]
+    if seconds <= 0:
+        raise ValueError("must be positive")
+    return seconds
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class AcceleratorWish(_Strict):
+    name: str
+    count: int = Field(1, ge=1)
+
+
+class Resources(_Strict):
+    accelerators: str | dict[str, int] | None = Field(
+        None, description="GPU wish: 'T4:1', {T4: 1}; omit for anything that fits")
+    gpu_memory_gb: str | float | None = Field(None, description="minimum GPU memory per GPU, e.g. '16+' or 16")
+    num_nodes: int = Field(1, ge=1, le=64)
+    cpus: int | None = Field(None, ge=1, description="CPUs per node for a CPU-only run (local)")
+    spot: Literal["auto", "always", "never"] = "auto"
+    clouds: list[Literal["local", "aws", "gcp"]] = Field(default_factory=lambda: list(CLOUDS), min_length=1)
+    regions: list[str] | None = None
+    image: str | None = Field(None, description="override the machine image (AMI id / GCE image)")
+
+    @field_validator("accelerators")
+    @classmethod
+    def _known_gpu(cls, v):
+        if v is None:
+            return v
+        wishes = _parse_accelerators(v)
+        for w in wishes:
+            if canonical_gpu(w.name) is None:
+                near = difflib.get_close_matches(w.name.upper(), [n.upper() for n in gpu_names()], n=1)
+                hint = f"did you mean {near[0]}?" if near else "known: " + ", ".join(gpu_names())
+                raise ValueError(f"unknown accelerator '{w.name}'; {hint}")
+        return v
+
+    @field_validator("gpu_memory_gb")
+    @classmethod
+    def _mem(cls, v):
+        if v is None:
+            return v
+        n = float(str(v).rstrip("+ ").strip() or "nan") if not isinstance(v, (int, float)) else float(v)
+        if not n > 0:
+            raise ValueError("write a positive number of GB, e.g. 16+")
+        return v
+
+    @property
+    def accelerator_wishes(self) -> list[AcceleratorWish]:
+        return _parse_accelerators(self.accelerators) if self.accelerators else []
+
+    @property
+    def min_gpu_memory_gb(self) -> float | None:
+        if self.gpu_memory_gb is None:
+            return None
+        return float(str(self.gpu_memory_gb).rstrip("+ "))
+
+
+def _parse_accelerators(v: str | dict[str, int]) -> list[AcceleratorWish]:
+    if isinstance(v, dict):
+        items = list(v.items())
+    else:
+        items = []
+        for part in str(v).split(","):
+            name, _, count = part.strip().partition(":")
+            if not name:
+                raise ValueError("write the accelerator as NAME:COUNT, e.g. T4:1")
+            if count and not count.strip().isdigit():
+                raise ValueError(f"count in '{part.strip()}' must be a whole number, e.g. T4:1")
+            items.append((name.strip(), int(count) if count else 1))
+    out = []
+    for name, count in items:
+        if not isinstance(count, int) or count < 1:
+            raise ValueError(f"count of {name} must be a whole number >= 1")
+        out.append(AcceleratorWish(name=name, count=count))
+    return out
+
+
+class Budget(_Strict):
+    max_cost: float | None = Field(None, gt=0, description="USD for the whole job")
+    deadline: str | float | None = Field(None, description="wall-clock limit, e.g. 4h, 90m")
+    monthly_cap: float | None = Field(None, gt=0)
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, v):
+        if v is not None:
+            parse_duration(v)
+        return v
+
+    @property
+    def deadline_seconds(self) -> float | None:
+        return parse_duration(self.deadline) if self.deadline is not None else None
+
+
+class Workload(_Strict):
+    model: str = Field(..., description="model factory, module:callable (e.g. jobs.cnn:SimpleCNN)")
+    model_kwargs: dict[str, Any] = Field(default_factory=dict)
+    input_shape: list[int] = Field(..., min_length=1)
+    input_dtype: Literal["float32", "long"] = "float32"
+    num_classes: int = Field(10, ge=1)
+    batch_size: int = Field(..., ge=1)
+    dataset_size: int = Field(..., ge=1)
+    epochs: int = Field(..., ge=1)
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+
+    @field_validator("model")
+    @classmethod
+    def _factory(cls, v):
+        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", v):
+            raise ValueError(f"'{v}' is not module:callable (e.g. jobs.cnn:SimpleCNN)")
+        return v
+
+    @field_validator("input_shape")
+    @classmethod
+    def _shape(cls, v):
+        if any(d < 1 for d in v):
+            raise ValueError("every dimension must be >= 1")
+        return v
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return -(-self.dataset_size // self.batch_size)
+
+
+class Reference(_Strict):
+    accelerator: str
+    hours: float = Field(..., gt=0)
+    count: int = Field(1, ge=1)
+
+    @field_validator("accelerator")
+    @classmethod
+    def _known(cls, v):
+        if canonical_gpu(v) is None and v.lower() != "cpu":
+            raise ValueError(f"unknown accelerator '{v}'; known: " + ", ".join(gpu_names()))
+        return v
+
+
+class JobSpec(_Strict):
+    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+    job: str | None = Field(None, description="a built-in job from jobs/ (cnn, lstm, resnet)")
+    run: str | None = Field(None, description="any command, run in workdir on the cluster")
+    workdir: str | None = Field(None, description="directory shipped to the cluster (with run)")
+    args: list[str] = Field(default_factory=list, description="extra arguments for a built-in job")
+    requirements: list[str] = Field(default_factory=list, description="pip packages the job needs")
+    resources: Resources = Field(default_factory=Resources)
+    budget: Budget = Field(default_factory=Budget)
+    workload: Workload | None = None
+    reference: Reference | None = None
+    checkpoint: str | None = Field(None, description="a directory, s3://bucket/prefix or gs://bucket/prefix")
+    env: dict[str, str] = Field(default_factory=dict)
+    max_restarts_on_errors: int = Field(0, ge=0)
+    max_preemptions: int = Field(3, ge=0)
+
+    @field_validator("job")
+    @classmethod
+    def _builtin(cls, v):
+        from jobs import BUILTIN_JOBS
+
+        if v is not None and v not in BUILTIN_JOBS:
+            near = difflib.get_close_matches(v, list(BUILTIN_JOBS), n=1)
+            hint = f"did you mean {near[0]}?" if near else "built-in jobs: " + ", ".join(BUILTIN_JOBS)
+            raise ValueError(f"no built-in job '{v}'; {hint}")
+        return v
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, v):
+        if isinstance(v, dict):
+            return {str(k): ("" if x is None else str(x)) if isinstance(x, (str, int, float, bool)) or x is None
+                    else x for k, x in v.items()}
+        return v
+
+    @model_validator(mode="after")
+    def _one_entrypoint(self):
+        if (self.job is None) == (self.run is None):
+            raise ValueError("give either 'job:' (a built-in job) or 'run:' (a command), not both or neither")
+        if self.workdir and not self.run:
+            raise ValueError("'workdir' goes with 'run:'")
+        return self
+
+    def spec_hash(self) -> str:
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+def _key_lines(node, prefix=()) -> dict[tuple, int]:
+    """Map each key path in a composed YAML node to its 1-based line."""
+    out: dict[tuple, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            path = prefix + (k.value,)
+            out[path] = k.start_mark.line + 1
+            out.update(_key_lines(v, path))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            out[prefix + (i,)] = v.start_mark.line + 1
+            out.update(_key_lines(v, prefix + (i,)))
+    return out
+
+
+def _model_for(loc: tuple) -> type[BaseModel] | None:
+    model: Any = JobSpec
+    for part in loc:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        f = model.model_fields.get(part)
+        if f is None:
+            return None
+        ann = f.annotation
+        args = getattr(ann, "__args__", ())
+        model = next((a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+    return model
+
+
+def _describe(err: dict, lines: dict[tuple, int], where: str) -> str:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p[:1].isupper() or "[" in p)))
+    # pydantic tags union branches with type names (str, dict[str,int]); drop them from the path
+    loc = tuple(p for p in loc if p not in ("str", "float", "int", "dict[str,int]", "function-after"))
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    line = next((lines[loc[:i]] for i in range(len(loc), 0, -1) if loc[:i] in lines), None)
+    at = f"{where}:{line}" if line else where
+    kind, msg = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        parent = _model_for(loc[:-1])
+        names = list(parent.model_fields) if parent else []
+        near = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.5)
+        fix = f"did you mean '{near[0]}'?" if near else f"allowed here: {', '.join(names)}"
+        return f"{at}: unknown field '{field}'; {fix}"
+    if kind == "missing":
+        return f"{at}: field '{field}' is required; add it"
+    msg = msg.removeprefix("Value error, ")
+    return f"{at}: field '{field}': {msg}"
+
+
+def parse_job(text: str, where: str = "<job>") -> JobSpec:
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{where}{line}: YAML syntax error: {problem}; fix the indentation or quoting") from None
+    except Exception as e:  # e.g. recursion limits on pathological input
+        raise SpecError(f"{where}: cannot read YAML: {type(e).__name__}; check the file") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: a job file is a mapping of fields (name:, job: or run:, ...); "
+                        f"got {type(data).__name__}")
+    if any(not isinstance(k, str) for k in data):
+        raise SpecError(f"{where}: every top-level key must be a name; check for stray lines")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as e:
+        errs = e.errors(include_url=False)
+        lines = _key_lines(node) if node is not None else {}
+        first = _describe(errs[0], lines, where)
+        more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+        raise SpecError(first + more) from None
+    except (ValueError, TypeError, RecursionError) as e:
+        raise SpecError(f"{where}: {e}; fix the job file") from None
+
+
+def load_job(path: str | Path, *, max_cost: float | None = None, deadline: str | None = None) -> JobSpec:
+    """Read and validate a job file; CLI overrides (--max-cost, --deadline) win over the file."""
+    p = Path(path)
+    if not p.exists():
+        raise SpecError(f"{p}: no such job file; check the path (examples are in configs/examples/)")
+    if p.is_dir():
+        raise SpecError(f"{p}: is a directory; give the job's YAML file")
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{p}: cannot read the job file ({e.__class__.__name__}); check it is UTF-8 text") from None
+    spec = parse_job(text, str(p))
+    return apply_overrides(spec, str(p), max_cost=max_cost, deadline=deadline)
+
+
+def apply_overrides(spec: JobSpec, where: str, *, max_cost=None, deadline=None) -> JobSpec:
+    if max_cost is not None and not max_cost > 0:
+        raise SpecError(f"--max-cost: must be a positive number of USD (got {max_cost})")
+    if deadline is not None:
+        try:
+            parse_duration(deadline)
+        except ValueError as e:
+            raise SpecError(f"--deadline: {e}") from None
+    budget = spec.budget.model_copy(update={k: v for k, v in
+                                            {"max_cost": max_cost, "deadline": deadline}.items() if v is not None})
+    spec = spec.model_copy(update={"budget": budget})
+    if spec.workdir and not Path(spec.workdir).is_absolute():
+        spec = spec.model_copy(update={"workdir": str((Path(where).parent / spec.workdir).resolve())})
+    return spec
+
+
+def json_schema() -> dict:
+    schema = JobSpec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "dlrun job file"
+    return schema

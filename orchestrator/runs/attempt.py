@@ -1,0 +1,233 @@
+"""One attempt of a job on one candidate: launch, submit, watch, and always tear down.
+
+`run_attempt` starts a fresh cluster; `reattach` picks up the attempt of a supervisor that died
+(kill -9, a reboot of the laptop): it watches the same Ray job on the same cluster when the
+cluster is still whole, and otherwise cleans it up and reports a preemption so the runner relaunches.
+Either way the cluster is terminated in `finally`, and the cost recorded is node-seconds × the
+price stored at launch, up to the moment termination was requested.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from orchestrator.cli.render.display import JobView
+from orchestrator.runs.entrypoint import entrypoint, num_workers, runtime_env
+from orchestrator.planning.spec import JobSpec
+from orchestrator.state.db import Store, dlrun_home, new_id
+from orchestrator.runs.watch import CostMeter, Outcome, Watcher
+
+# outcomes after which the Ray job may still be running and must be stopped before teardown
+UNFINISHED = ("PREEMPTED", "BUDGET_EXCEEDED", "INTERRUPTED")
+
+
+@dataclass
+class AttemptContext:
+    job_id: str
+    spec: JobSpec
+    store: Store
+    display: object
+    view: JobView
+    checkpoint: str
+    poll_s: float = 0.5
+    node_poll_s: float = 5.0
+    clock: Callable[[], float] = time.time
+
+
+def job_log_path(job_id: str):
+    d = dlrun_home() / "logs"
+    d.mkdir(exist_ok=True)
+    return d / f"{job_id}.log"
+
+
+def runs_on_this_machine(cloud: str) -> bool:
+    """Local jobs, and cloud heads that the documented test hook maps to a local Ray head."""
+    from infra.vm.ssh import TEST_HEAD_ADDRESS_ENV
+
+    return cloud == "local" or bool(os.environ.get(TEST_HEAD_ADDRESS_ENV))
+
+
+def run_attempt(ctx: AttemptContext, cand, get_provider):
+    """Launch + run on one candidate. Returns an Outcome, or the ProviderError that stopped the launch."""
+    from infra.base import BootstrapConfig, ClusterRequest, ProviderError
+
+    spec, store, offer = ctx.spec, ctx.store, cand.offer
+    provider = get_provider(offer.cloud)
+    row = store.get_job(ctx.job_id)
+    attempt = (row["attempts"] or 0) + 1
+    cluster_id = new_id("c")
+    nodes = spec.resources.num_nodes
+    price_all = offer.hourly(cand.spot) * nodes
+    started = ctx.clock()
+    store.update_job(ctx.job_id, attempts=attempt, backend=offer.cloud, offer_key=offer.key,
+                     instance_type=offer.instance_type, accelerator=offer.accelerator or "CPU",
+                     accelerator_count=offer.accelerator_count, spot=int(cand.spot), price_per_hour=price_all,
+                     price_date=offer.spot_price_date if cand.spot else offer.price_date, cluster_id=cluster_id)
+    store.record_cluster(cluster_id, provider=offer.cloud, job_id=ctx.job_id, state="launching",
+                         price_per_hour=offer.hourly(cand.spot), region=offer.region, launched_at=started,
+                         instance_type=offer.instance_type, spot=int(cand.spot), num_nodes=nodes)
+    store.set_status(ctx.job_id, "PROVISIONING", offer.label)
+    ctx.view.phase, ctx.view.backend = "provisioning", f"{offer.label}{' spot' if cand.spot else ''}"
+    ctx.display.update(ctx.view)
+    import ray
+
+    request = ClusterRequest(cluster_id=cluster_id, job_id=ctx.job_id, offer=offer, spot=cand.spot, num_nodes=nodes,
+                             bootstrap=BootstrapConfig(ray_version=ray.__version__,
+                                                       python_packages=list(spec.requirements)),
+                             image=spec.resources.image, owner=os.environ.get("USER", "dlrun"))
+    cluster = None
+    try:
+        cluster = provider.launch(request)
+    except ProviderError as e:
+        _record_teardown(ctx, cluster_id, offer.cloud, row["actual_cost"] or 0.0, started, price_all)
+        return e
+    except BaseException:
+        provider_cleanup(provider, cluster_id)
+        _record_teardown(ctx, cluster_id, offer.cloud, row["actual_cost"] or 0.0, started, price_all)
+        raise
+    store.record_cluster(cluster_id, provider=offer.cloud, job_id=ctx.job_id, state="up", zone=cluster.zone,
+                         cluster_json=json.dumps(cluster.to_dict()))
+    est = cand.estimate
+    workers = num_workers(spec, offer.accelerator_count)
+    local = runs_on_this_machine(offer.cloud)
+    submission = dict(
+        entrypoint=entrypoint(spec, local=local, workers=workers), submission_id=f"dlrun-{ctx.job_id}-{attempt}",
+        runtime_env=runtime_env(spec, job_id=ctx.job_id, checkpoint=ctx.checkpoint, price_per_hour=price_all,
+                                local=local),
+        metadata={"dlrun_job_id": ctx.job_id, "dlrun_name": spec.name, "job_name": spec.name, "backend": offer.cloud,
+                  "instance": offer.instance_type, "gpu": f"{offer.accelerator}:{offer.accelerator_count}"
+                  if offer.accelerator else "CPU", "spot": str(cand.spot).lower(),
+                  "est_hours": f"{est.hours:.4f}", "est_cost": f"{est.cost:.4f}",
+                  "max_cost": spec.budget.max_cost, "schedule": row["schedule_id"] or "", "attempt": attempt},
+        entrypoint_num_gpus=_entrypoint_gpus(offer, workers))
+    return _run_on_cluster(ctx, provider, cluster, started=started, previous=row["actual_cost"] or 0.0,
+                           price_all=price_all, submission=submission)
+
+
+def _entrypoint_gpus(offer, workers: int) -> float | None:
+    """A single-worker job on a GPU offer holds one GPU; Ray Train workers ask for their own."""
+    if not offer.accelerator or workers != 1:
+        return None
+    if offer.cloud != "local" and runs_on_this_machine(offer.cloud):
+        from infra.local.provider import detect_gpus
+
+        return 1 if detect_gpus() else None  # the test hook's head is this machine: its GPUs, if any
+    return 1
+
+
+def reattach(ctx: AttemptContext, get_provider) -> Outcome | None:
+    """Pick up the live attempt a dead supervisor left. None when there is nothing to pick up."""
+    from infra.base import Cluster
+
+    store = ctx.store
+    row = store.get_job(ctx.job_id)
+    crow = store.get_cluster(row["cluster_id"]) if row["cluster_id"] else None
+    if crow is None or crow["state"] == "terminated":
+        return None
+    provider = get_provider(crow["provider"])
+    previous = row["actual_cost"] or 0.0
+    price_all = (crow["price_per_hour"] or 0.0) * (crow["num_nodes"] or 1)
+    if not crow["cluster_json"]:  # died mid-launch: remove whatever the launch made
+        provider_cleanup(provider, crow["id"])
+        _record_teardown(ctx, crow["id"], crow["provider"], previous, crow["launched_at"], price_all)
+        store.add_event(ctx.job_id, "reattach", {"cluster": crow["id"], "found": "half-launched; removed"})
+        return Outcome("RELAUNCH", "the previous supervisor died while launching")
+    cluster = Cluster.from_dict(json.loads(crow["cluster_json"]))
+    states = [] if crow["provider"] == "local" else provider.status(cluster)
+    lost = [s for s in states if s.status != "running"]
+    if lost or (crow["provider"] != "local" and not states):
+        provider.terminate(cluster)
+        _record_teardown(ctx, crow["id"], crow["provider"], previous, crow["launched_at"], price_all)
+        store.add_event(ctx.job_id, "reattach", {"cluster": crow["id"], "found": "nodes lost; terminated"})
+        return Outcome("PREEMPTED", "nodes lost while dlrun was away: "
+                       + ", ".join(f"{s.node_id} {s.status}" for s in lost))
+    store.add_event(ctx.job_id, "reattach", {"cluster": crow["id"], "submission": row["ray_submission_id"]})
+    ctx.display.message(f"re-attached to {row['ray_submission_id']} on cluster {crow['id']}")
+    ctx.view.backend = f"{row['offer_key'] or crow['provider']}{' spot' if crow['spot'] else ''}"
+    return _run_on_cluster(ctx, provider, cluster, started=crow["launched_at"], previous=previous,
+                           price_all=price_all, submission=None, submission_id=row["ray_submission_id"])
+
+
+def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, previous: float,
+                    price_all: float, submission: dict | None, submission_id: str | None = None) -> Outcome:
+    """Submit (unless re-attaching), watch until the job ends, then stop what is left and tear down."""
+    from infra.local.head import RayJobs
+
+    store, job_id = ctx.store, ctx.job_id
+    tunnel = jobs = None
+    outcome = Outcome("INTERRUPTED", "dlrun stopped while the job ran")
+    try:
+        ctx.view.phase = "bootstrapping"
+        ctx.display.update(ctx.view)
+        address, tunnel = head_address(cluster)
+        jobs = RayJobs(address)
+        if submission is not None:
+            submission_id = submission["submission_id"]
+            jobs.submit(**submission)
+            store.set_status(job_id, "SUBMITTED", submission_id, ray_submission_id=submission_id,
+                             ray_address=address)
+        else:
+            store.update_job(job_id, ray_address=address)
+        watcher = Watcher(jobs=jobs, submission_id=submission_id, view=ctx.view, display=ctx.display,
+                          meter=CostMeter(previous, price_all, started),
+                          node_states=None if cluster.provider == "local" else (lambda: provider.status(cluster)),
+                          on_event=lambda kind, detail: _on_event(store, job_id, kind, detail),
+                          max_cost=ctx.spec.budget.max_cost, poll_s=ctx.poll_s, node_poll_s=ctx.node_poll_s,
+                          confirm_cancel=getattr(ctx.display, "confirm_cancel", lambda: True),
+                          clock=ctx.clock, log_path=job_log_path(job_id))
+        outcome = watcher.run()
+        return outcome
+    finally:
+        ctx.view.phase = "tearing down"
+        ctx.display.update(ctx.view)
+        if jobs is not None and submission_id and outcome.kind in UNFINISHED:
+            jobs.stop(submission_id)  # the job writes no more; its checkpoints stay where they are
+        stop_at = ctx.clock()
+        if tunnel is not None:
+            tunnel.close()
+        provider.terminate(cluster)
+        _record_teardown(ctx, cluster.cluster_id, cluster.provider, previous, started, price_all, stop_at)
+
+
+def _record_teardown(ctx: AttemptContext, cluster_id: str, cloud: str, previous: float, started: float,
+                     price_all: float, stop_at: float | None = None) -> None:
+    stop_at = ctx.clock() if stop_at is None else stop_at
+    spent = previous + max(0.0, stop_at - started) * price_all / 3600.0
+    ctx.store.update_job(ctx.job_id, actual_cost=spent)
+    ctx.store.record_cluster(cluster_id, provider=cloud, job_id=ctx.job_id, state="terminated",
+                             terminated_at=time.time())
+
+
+def provider_cleanup(provider, cluster_id: str) -> None:
+    """Remove a cluster known only by its id (the launch never returned): found by its tags."""
+    for owned in provider.list_owned():
+        if owned.cluster_id == cluster_id:
+            provider.terminate(owned)
+
+
+def head_address(cluster):
+    """(Jobs API address, tunnel or None) for the cluster's head."""
+    if cluster.provider == "local":
+        return cluster.head_address, None
+    from infra.vm.ssh import open_tunnel
+    from infra.local.head import _wait_dashboard
+
+    tunnel = open_tunnel(cluster, 8265)
+    try:
+        _wait_dashboard(tunnel.local_address, timeout=float(os.environ.get("DLRUN_BOOT_TIMEOUT", 900)))
+    except BaseException:
+        tunnel.close()
+        raise
+    return tunnel.local_address, tunnel
+
+
+def _on_event(store: Store, job_id: str, kind: str, detail: dict) -> None:
+    if kind == "ray_status" and detail.get("status") == "RUNNING":
+        store.set_status(job_id, "RUNNING")
+    elif kind == "epoch":
+        store.update_job(job_id, metrics_json=json.dumps(detail))
+    else:
+        store.add_event(job_id, kind, detail)

@@ -1,0 +1,89 @@
+"""What runs on the cluster: the entrypoint command and the Ray runtime_env of a job."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import jobs
+from orchestrator.planning.spec import JobSpec
+from orchestrator.state.db import dlrun_home
+
+JOBS_DIR = Path(jobs.__file__).resolve().parent
+EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis"]
+
+
+def run_key(spec: JobSpec) -> str:
+    """Identity of 'the same training run': resubmitting the same job file resumes its checkpoints."""
+    keep = spec.model_dump(mode="json", include={"name", "job", "run", "args", "workload", "env"})
+    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def checkpoint_location(spec: JobSpec, key: str) -> str:
+    """Where the job reads and writes checkpoints (DLRUN_CHECKPOINT_DIR): the spec's, per run key."""
+    base = spec.checkpoint or str(dlrun_home() / "checkpoints" / spec.name)
+    if "://" in base:
+        return f"{base.rstrip('/')}/{key}"
+    return str(Path(base).expanduser() / key)
+
+
+def num_workers(spec: JobSpec, accelerator_count: int) -> int:
+    return spec.resources.num_nodes * max(accelerator_count, 1) if spec.resources.num_nodes > 1 \
+        else max(accelerator_count, 1)
+
+
+def entrypoint(spec: JobSpec, *, local: bool, workers: int) -> str:
+    python = shlex.quote(sys.executable) if local else "python3"
+    if spec.run:
+        return spec.run
+    from jobs import BUILTIN_JOBS
+
+    module = BUILTIN_JOBS[spec.job][0]
+    args = []
+    if spec.workload:
+        args += ["--epochs", str(spec.workload.epochs), "--batch-size", str(spec.workload.batch_size)]
+        if spec.workload.precision != "fp32":
+            args += ["--precision", spec.workload.precision]
+    if workers > 1:
+        args += ["--num-workers", str(workers)]
+    args += spec.args
+    return " ".join([python, "-u", "-m", module, *map(shlex.quote, args)])
+
+
+def _staged_jobs_dir() -> str:
+    """A copy of jobs/ in its own directory: the working_dir of a built-in job (small upload)."""
+    stage = Path(tempfile.gettempdir()) / f"dlrun-stage-{os.getuid()}-{os.getpid()}"  # one per submitter
+    target = stage / "jobs"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(JOBS_DIR, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return str(stage)
+
+
+def runtime_env(spec: JobSpec, *, job_id: str, checkpoint: str, price_per_hour: float, local: bool,
+                extra_env: dict[str, str] | None = None) -> dict:
+    env = {**spec.env, "DLRUN_JOB_ID": job_id, "DLRUN_CHECKPOINT_DIR": checkpoint,
+           "DLRUN_PRICE_PER_HOUR": f"{price_per_hour:.6f}", "PYTHONUNBUFFERED": "1",
+           "RAY_USAGE_STATS_ENABLED": "0", **(extra_env or {})}
+    if local:
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        # never secrets: runtime_env is shown in the dashboard; the head inherits the caller's env
+        for var in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
+            if var in os.environ and var not in env:
+                env[var] = os.environ[var]
+    renv: dict = {"env_vars": env}
+    if spec.run:
+        if spec.workdir:
+            renv["working_dir"] = spec.workdir
+            renv["excludes"] = EXCLUDES
+        renv["py_modules"] = [str(JOBS_DIR)]  # so any script can `from jobs.metrics import report`
+    else:
+        renv["working_dir"] = _staged_jobs_dir()
+    if spec.requirements:
+        renv["pip"] = list(spec.requirements)
+    return renv

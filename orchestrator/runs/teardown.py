@@ -1,0 +1,71 @@
+"""`dlrun down`: stop the local head dlrun started, a recorded cluster, or orphaned cloud resources."""
+from __future__ import annotations
+
+import json
+import time
+
+from orchestrator.errors import UsageError
+from orchestrator.state.db import LIVE, Store, default_store
+
+CLOUDS = ("aws", "gcp")
+
+
+def terminate_recorded(store: Store, row) -> str:
+    """Terminate one cluster from its store record (the Cluster saved at launch)."""
+    from infra import get_provider
+    from infra.base import Cluster
+
+    if row["provider"] != "local" and row["cluster_json"]:
+        get_provider(row["provider"]).terminate(Cluster.from_dict(json.loads(row["cluster_json"])))
+    store.record_cluster(row["id"], provider=row["provider"], job_id=row["job_id"], state="terminated",
+                         terminated_at=time.time())
+    return f"terminated {row['id']} ({row['provider']})"
+
+
+def down(cluster_id: str | None = None, orphans: bool = False) -> list[str]:
+    store = default_store()
+    out: list[str] = []
+    if cluster_id:
+        row = store.get_cluster(cluster_id)
+        if row is None:
+            raise UsageError(f"no cluster '{cluster_id}'; `dlrun status --json` shows each job's cluster_id")
+        return [terminate_recorded(store, row)]
+    from infra.local.head import recorded_head, stop_local_head
+
+    head = recorded_head()
+    if head and stop_local_head(head):
+        out.append(f"stopped the local Ray head dlrun started (process group {head.pgid})")
+    for row in store.clusters(live_only=True):
+        job = store.get_job(row["job_id"]) if row["job_id"] else None
+        if row["provider"] != "local" and (job is None or job["status"] not in LIVE):
+            out.append(terminate_recorded(store, row))
+    if orphans:
+        out += remove_orphans(store)
+    return out or ["nothing to stop"]
+
+
+def remove_orphans(store: Store, clouds=CLOUDS, providers: dict | None = None) -> list[str]:
+    """Every dlrun-tagged cloud cluster whose job is not live in this store is removed."""
+    from infra import get_provider
+    from infra.base import CredentialsError
+
+    out = []
+    for cloud in clouds:
+        try:
+            provider = (providers or {}).get(cloud) or get_provider(cloud)
+            owned = provider.list_owned()
+        except CredentialsError as e:
+            out.append(f"{cloud}: skipped ({e.message})")
+            continue
+        except ImportError:
+            continue
+        for cluster in owned:
+            job = store.get_job(cluster.job_id) if cluster.job_id else None
+            if job is not None and job["status"] in LIVE:
+                continue
+            provider.terminate(cluster)
+            if store.get_cluster(cluster.cluster_id):
+                store.record_cluster(cluster.cluster_id, provider=cloud, job_id=cluster.job_id,
+                                     state="terminated", terminated_at=time.time())
+            out.append(f"removed orphan {cloud} cluster {cluster.cluster_id} (job {cluster.job_id or '?'})")
+    return out

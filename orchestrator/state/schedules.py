@@ -1,0 +1,209 @@
+"""Schedules in the store: add / list / remove / pause / resume, and the facts the loop's policies need.
+
+A schedule keeps its own copy of the job file (job_yaml + job_hash) taken at add time, so editing the
+file later does not silently change what runs at night; follow_file=1 re-reads the file at each firing.
+Outcomes written to schedule_runs.outcome:
+    fired            the run was started; replaced by the job's final status when it returns
+    SUCCEEDED/FAILED/CANCELLED/BUDGET_EXCEEDED   the job's final status
+    error            the firing itself raised (detail says why); the loop goes on
+    skipped-overlap  the previous run of this schedule was still live
+    skipped-budget   this month's spend + the run's max_cost would pass the monthly cap
+    missed           occurrences that fell in a scheduler outage (at most one catch-up runs)
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.schedule import cron as st
+from orchestrator.errors import SpecError, UsageError
+from orchestrator.planning.spec import JobSpec, apply_overrides, load_job, parse_job
+from orchestrator.state.db import LIVE, Store, new_id
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def add_schedule(store: Store, job_path: str | Path, cron: str, *, tz: str | None = None,
+                 max_cost: float | None = None, name: str | None = None, follow_file: bool = False,
+                 monthly_cap: float | None = None, now: float | None = None) -> sqlite3.Row:
+    """Validate everything, copy the job file into the store, and compute the first run time."""
+    path = Path(job_path).expanduser().resolve()
+    spec = load_job(path, max_cost=max_cost)
+    cron = st.validate_cron(cron)
+    tz = tz or st.local_tz_name()
+    st.zone(tz)
+    if monthly_cap is not None and not monthly_cap > 0:
+        raise UsageError(f"--monthly-cap: must be a positive number of USD (got {monthly_cap})")
+    cap = monthly_cap or spec.budget.monthly_cap
+    if cap is not None and spec.budget.max_cost is None:
+        raise UsageError("--monthly-cap needs a per-run bound: add --max-cost (or budget.max_cost in the job file)")
+    if cap is not None and spec.budget.max_cost > cap:
+        raise UsageError(f"--max-cost {spec.budget.max_cost:g} is above the monthly cap {cap:g}: no run could fire")
+    name = name or spec.name
+    if not _NAME.match(name):
+        raise UsageError(f"--name '{name}': use letters, digits, '-', '_' or '.' (up to 63)")
+    if get_schedule(store, name):
+        raise UsageError(f"a schedule named '{name}' already exists; pick another --name or remove it first")
+    now = time.time() if now is None else now
+    text = path.read_text()
+    sid = new_id("s")
+    with store.tx() as c:
+        c.execute("INSERT INTO schedules (id, name, cron, tz, job_path, job_yaml, job_hash, follow_file,"
+                  " max_cost, monthly_cap, paused, created_at, next_run_at) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)",
+                  (sid, name, cron, tz, str(path), text, text_hash(text), int(follow_file), max_cost,
+                   monthly_cap, now, st.next_fire_after(cron, tz, now)))
+    return get_schedule(store, sid)
+
+
+def get_schedule(store: Store, name_or_id: str) -> sqlite3.Row | None:
+    rows = store.query("SELECT * FROM schedules WHERE name=? OR id=?", (name_or_id, name_or_id))
+    return rows[0] if rows else None
+
+
+def _require(store: Store, name: str) -> sqlite3.Row:
+    row = get_schedule(store, name)
+    if row is None:
+        names = [r["name"] for r in store.query("SELECT name FROM schedules ORDER BY name")]
+        known = ", ".join(names) if names else "none yet; add one with `dlrun schedule add`"
+        raise UsageError(f"no schedule named '{name}' (schedules: {known})")
+    return row
+
+
+def remove_schedule(store: Store, name: str) -> sqlite3.Row:
+    """Delete a schedule and its firing history; its jobs stay (with their schedule_id)."""
+    row = _require(store, name)
+    with store.tx() as c:
+        c.execute("DELETE FROM schedule_runs WHERE schedule_id=?", (row["id"],))
+        c.execute("DELETE FROM schedules WHERE id=?", (row["id"],))
+    return row
+
+
+def set_paused(store: Store, name: str, paused: bool, now: float | None = None) -> sqlite3.Row:
+    """Pause, or resume from now on: occurrences missed while paused are not caught up."""
+    row = _require(store, name)
+    now = time.time() if now is None else now
+    nxt = row["next_run_at"] if paused else st.next_fire_after(row["cron"], row["tz"], now)
+    with store.tx() as c:
+        c.execute("UPDATE schedules SET paused=?, next_run_at=? WHERE id=?", (int(paused), nxt, row["id"]))
+    return get_schedule(store, row["id"])
+
+
+def list_schedules(store: Store) -> list[sqlite3.Row]:
+    return store.query("SELECT * FROM schedules ORDER BY name")
+
+
+# --- what the loop needs ---------------------------------------------------------------------------
+
+@dataclass
+class ScheduleView:
+    """One line of `dlrun schedule list`."""
+    name: str
+    cron: str
+    tz: str
+    paused: bool
+    next_run: str
+    last_run: str
+    last_result: str
+    last_job_id: str | None
+    spent_total: float
+    spent_month: float
+    monthly_cap: float | None
+
+
+def describe(store: Store, row: sqlite3.Row, now: float | None = None) -> ScheduleView:
+    now = time.time() if now is None else now
+    last = store.query("SELECT * FROM schedule_runs WHERE schedule_id=? ORDER BY id DESC LIMIT 1", (row["id"],))
+    last_run, result, job_id = "-", "-", None
+    if last:
+        r = last[0]
+        last_run, result, job_id = st.fmt_local(r["fired_at"], row["tz"]), r["outcome"], r["job_id"]
+        if r["outcome"] == "fired":  # still going: show the job's live status
+            job = store.query("SELECT id, status FROM jobs WHERE schedule_id=? AND created_at>=? "
+                              "ORDER BY created_at LIMIT 1", (row["id"], r["fired_at"] - 1))
+            if job:
+                job_id, result = job[0]["id"], job[0]["status"]
+    return ScheduleView(
+        name=row["name"], cron=row["cron"], tz=row["tz"], paused=bool(row["paused"]),
+        next_run="paused" if row["paused"] else st.fmt_local(row["next_run_at"], row["tz"]),
+        last_run=last_run, last_result=result, last_job_id=job_id,
+        spent_total=spent(store, row["id"]), spent_month=spent(store, row["id"], st.month_start(now, row["tz"])),
+        monthly_cap=row["monthly_cap"] or _spec_cap(row))
+
+
+def _spec_cap(row: sqlite3.Row) -> float | None:
+    try:
+        return parse_job(row["job_yaml"], row["job_path"]).budget.monthly_cap
+    except SpecError:
+        return None
+
+
+def spent(store: Store, schedule_id: str, since: float | None = None) -> float:
+    """USD spent by the schedule's jobs (actual cost), optionally only those created since `since`."""
+    sql, args = "SELECT COALESCE(SUM(actual_cost), 0) FROM jobs WHERE schedule_id=?", [schedule_id]
+    if since is not None:
+        sql += " AND created_at>=?"
+        args.append(since)
+    return float(store.query(sql, tuple(args))[0][0])
+
+
+def live_jobs_by_schedule(store: Store) -> dict[str, str]:
+    """schedule_id -> id of a live job of that schedule (a job whose supervisor died is not live)."""
+    rows = store.query(f"SELECT id, schedule_id, supervisor_pid FROM jobs WHERE schedule_id IS NOT NULL "
+                       f"AND status IN ({','.join('?' * len(LIVE))})", LIVE)
+    return {r["schedule_id"]: r["id"] for r in rows if _alive(r["supervisor_pid"])}
+
+
+def _alive(pid: int | None) -> bool:
+    from orchestrator.runs.reconcile import process_alive
+
+    return True if not pid else process_alive(pid)  # nobody recorded a supervisor: trust the status
+
+
+def job_for_run(store: Store, row: sqlite3.Row) -> tuple[JobSpec, str]:
+    """The spec a firing runs (stored copy, or the file itself with follow_file) and a note."""
+    note = ""
+    text = row["job_yaml"]
+    if row["follow_file"]:
+        try:
+            text = Path(row["job_path"]).read_text()
+        except OSError as e:
+            raise SpecError(f"{row['job_path']}: cannot read the followed job file ({e.__class__.__name__})") from None
+        if text_hash(text) != row["job_hash"]:
+            parse_job(text, row["job_path"])  # refuse a broken edit before recording it
+            note = f"job file changed ({row['job_hash']} -> {text_hash(text)})"
+            with store.tx() as c:
+                c.execute("UPDATE schedules SET job_yaml=?, job_hash=? WHERE id=?",
+                          (text, text_hash(text), row["id"]))
+    spec = parse_job(text, row["job_path"])
+    spec = apply_overrides(spec, row["job_path"], max_cost=row["max_cost"])
+    return spec, note
+
+
+def record_run(c: sqlite3.Connection, schedule_id: str, due_at: float, fired_at: float, outcome: str,
+               detail: str = "", job_id: str | None = None) -> int:
+    cur = c.execute("INSERT INTO schedule_runs (schedule_id, due_at, fired_at, job_id, outcome, detail) "
+                    "VALUES (?,?,?,?,?,?)", (schedule_id, due_at, fired_at, job_id, outcome, detail))
+    return cur.lastrowid
+
+
+def finish_runs(store: Store, results: list[tuple[int, str, str, str | None]]) -> None:
+    """Write the final (run_id, outcome, detail, job_id) of finished firings in one transaction."""
+    with store.tx() as c:
+        for run_id, outcome, detail, job_id in results:
+            # keep the firing's own note (e.g. "job file changed") ahead of the result's detail
+            c.execute("UPDATE schedule_runs SET outcome=?, job_id=COALESCE(?, job_id), detail=CASE "
+                      "WHEN ?='' THEN detail WHEN COALESCE(detail,'')='' THEN ? ELSE detail||'; '||? END "
+                      "WHERE id=?", (outcome, job_id, detail, detail, detail, run_id))
+
+
+def runs(store: Store, name: str) -> list[sqlite3.Row]:
+    row = _require(store, name)
+    return store.query("SELECT * FROM schedule_runs WHERE schedule_id=? ORDER BY id", (row["id"],))
