@@ -58,6 +58,35 @@ class ProvisionError(ProviderError):
     scope = "offer"
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; the orchestrator asks these instead of comparing backend names."""
+
+    remote: bool      # nodes elsewhere: code ships as working_dir, the head is reached by connect()
+    spot: bool        # has a spot/preemptible market
+    multi_node: bool  # a cluster may span several nodes
+    billed: bool      # node-seconds cost money; nodes are watched for preemption
+    regional: bool    # offers are per region (the job's `regions:` filter applies)
+
+
+class Connection:
+    """How the client reaches a head's Jobs API: `address` (http://127.0.0.1:PORT); close() when done."""
+
+    def __init__(self, address: str, on_close=None):
+        self.address, self._on_close = address, on_close
+
+    def close(self) -> None:
+        if self._on_close is not None:
+            self._on_close()
+            self._on_close = None
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 @dataclass
 class BootstrapConfig:
     """What a fresh node needs to join the cluster; never holds secrets."""
@@ -132,6 +161,13 @@ class NodeState:
 @runtime_checkable
 class Provider(Protocol):
     name: str
+    capabilities: Capabilities
+
+    def offers(self) -> list[Offer]:
+        """The planner's candidates on this backend (this machine's GPUs/CPU, or catalog rows)."""
+
+    def connect(self, cluster: Cluster) -> Connection:
+        """The head's Ray dashboard / Jobs API as a local address: direct, or through an SSH tunnel."""
 
     def launch(self, request: ClusterRequest) -> Cluster:
         """Start (or find, when already started: idempotent by cluster id) the cluster's nodes."""

@@ -13,7 +13,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from infra.aws import network as aws_network
+from infra.vm import network as vm_network
+from infra.vm.keys import key_path
 from infra.aws.provider import AwsProvider
 from infra.base import (BootstrapConfig, CapacityError, Cluster, ClusterRequest, CredentialsError, Node,
                         ProvisionError, QuotaError)
@@ -86,7 +87,7 @@ def assert_nothing_left(ec2, cluster_id):
     assert ec2.describe_security_groups(
         Filters=[{"Name": "group-name", "Values": [f"dlrun-{cluster_id}"]}])["SecurityGroups"] == []
     assert [k for k in ec2.describe_key_pairs()["KeyPairs"] if k["KeyName"] == f"dlrun-{cluster_id}"] == []
-    assert not aws_network.key_path(cluster_id).exists()
+    assert not key_path(cluster_id).exists()
 
 
 def check_launched_cluster(ec2, cluster, request):
@@ -126,7 +127,7 @@ def check_launched_cluster(ec2, cluster, request):
     (key,) = [k for k in ec2.describe_key_pairs()["KeyPairs"] if k["KeyName"] == f"dlrun-{request.cluster_id}"]
     assert tags(key)["dlrun-cluster"] == request.cluster_id
     assert {i["KeyName"] for i in instances} == {key["KeyName"]}
-    assert cluster.ssh_key_path == str(aws_network.key_path(request.cluster_id))
+    assert cluster.ssh_key_path == str(key_path(request.cluster_id))
     assert stat.S_IMODE(os.stat(cluster.ssh_key_path).st_mode) == 0o600
 
     # user-data: pinned Ray; head starts the cluster, workers join the head's private IP
@@ -294,7 +295,7 @@ def test_crash_right_after_run_instances_is_found_and_removed_as_an_orphan(sessi
 
 
 def test_leftover_group_and_key_without_instances_are_listed_and_removed(session):
-    crash_after(session, "CreateKeyPair")
+    crash_after(session, "ImportKeyPair")
     ec2 = session.client("ec2")
     with pytest.raises(SimulatedCrash):
         make_provider(session).launch(make_request("early"))
@@ -336,8 +337,9 @@ def test_ssh_open_to_the_world_is_refused(session):
 
 
 def test_caller_address_unknown_is_a_clear_error(session, monkeypatch):
-    monkeypatch.setattr(aws_network, "CHECKIP_URL", "http://127.0.0.1:9/")
-    with pytest.raises(ProvisionError, match="ssh_cidr"):
+    monkeypatch.setattr(vm_network, "CHECKIP_URLS", ("http://127.0.0.1:9/",))
+    monkeypatch.delenv("DLRUN_SSH_CIDR", raising=False)
+    with pytest.raises(ProvisionError, match="DLRUN_SSH_CIDR"):
         make_provider(session, ssh_cidr=None).launch(make_request("noip"))
     assert_nothing_left(session.client("ec2"), "noip")
 
@@ -354,7 +356,8 @@ def test_caller_address_is_discovered_when_not_given(session, monkeypatch):
 
     server = http.server.HTTPServer(("127.0.0.1", 0), CheckIp)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setattr(aws_network, "CHECKIP_URL", f"http://127.0.0.1:{server.server_port}/")
+    monkeypatch.setattr(vm_network, "CHECKIP_URLS", (f"http://127.0.0.1:{server.server_port}/",))
+    monkeypatch.delenv("DLRUN_SSH_CIDR", raising=False)
     try:
         make_provider(session, ssh_cidr=None).launch(make_request("found"))
     finally:
@@ -456,7 +459,7 @@ def test_users_own_key_is_used_and_kept(session, monkeypatch):
     cluster = provider.launch(make_request("ownkey", nodes=2))
     assert {i["KeyName"] for i in live_instances(ec2, "ownkey")} == {"alice-laptop"}
     assert cluster.ssh_key_path == "/home/alice/.ssh/laptop.pem" and cluster.extra["own_key"]
-    assert not aws_network.key_path("ownkey").exists()
+    assert not key_path("ownkey").exists()
     (group,) = ec2.describe_security_groups(GroupNames=["dlrun-ownkey"])["SecurityGroups"]
     assert [r["CidrIp"] for p in group["IpPermissions"] for r in p.get("IpRanges", [])] == ["198.51.100.9/32"]
     provider.terminate(cluster)

@@ -72,7 +72,7 @@ def test_choice_equals_brute_force_minimum(offer_idx, with_local, clouds, spot, 
     budget = {k: v for k, v in {"max_cost": max_cost, "deadline": deadline_h and deadline_h * 3600}.items() if v}
     sp = spec(resources=resources, budget=budget)
     local = [LOCAL_CPU] if with_local else []
-    plan = planner.plan(sp, offers, blocked=frozenset(blocked), local_offers=local, profile=PROFILE)
+    plan = planner.plan(sp, [*local, *offers], blocked=frozenset(blocked), profile=PROFILE)
     expected = brute_force(sp, offers, frozenset(blocked), local)
     if expected is None:
         assert plan.chosen is None
@@ -137,7 +137,7 @@ def test_reference_is_scaled_to_other_gpus_and_no_workload_is_a_stated_assumptio
 
 
 def test_plan_json_lists_every_candidate():
-    plan = planner.plan(spec(), CATALOG, local_offers=[LOCAL_CPU], profile=PROFILE)
+    plan = planner.plan(spec(), [LOCAL_CPU, *CATALOG], profile=PROFILE)
     data = plan.to_json()
     assert len(data["candidates"]) == len(plan.candidates)
     assert data["chosen"]["key"] == plan.chosen.offer.key

@@ -1,60 +1,23 @@
-"""Per-cluster security group and key pair, and finding the caller's address for SSH ingress.
+"""Per-cluster security group and key pair.
 
 The group admits SSH only from the caller's address and all traffic only between its own members:
 Ray's ports and the dashboard are never opened to the world (dlrun reaches them through SSH).
 """
 from __future__ import annotations
 
-import ipaddress
-import os
-import urllib.request
-from pathlib import Path
 
 from botocore.exceptions import ClientError
 
-from infra.base import TAG_CLUSTER, ProvisionError
-from infra.paths import keys_dir
+from infra.base import TAG_CLUSTER
 
-CHECKIP_URL = "https://checkip.amazonaws.com"
-CHECKIP_TIMEOUT_S = 3.0
 
 
 def resource_name(cluster_id: str) -> str:
     return f"dlrun-{cluster_id}"
 
 
-def key_path(cluster_id: str) -> Path:
-    return keys_dir() / f"{cluster_id}.pem"
-
-
 def tag_spec(resource_type: str, tags: dict[str, str]) -> dict:
     return {"ResourceType": resource_type, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
-
-
-def checked_cidr(cidr: str) -> str:
-    """A valid, non-world CIDR (a bare address becomes /32 or /128)."""
-    try:
-        net = ipaddress.ip_network(cidr.strip(), strict=False)
-    except ValueError as e:
-        raise ProvisionError(f"invalid SSH source address {cidr!r}: {e}", cloud="aws") from None
-    if net.prefixlen == 0:
-        raise ProvisionError(f"refusing to open SSH to the whole internet ({cidr}); "
-                             "give your own address, e.g. --ssh-cidr 203.0.113.7/32", cloud="aws")
-    return str(net)
-
-
-def discover_caller_cidr(url: str | None = None, timeout: float | None = None) -> str:
-    """This machine's public address as a /32, asked from checkip.amazonaws.com."""
-    url = url or CHECKIP_URL
-    try:
-        with urllib.request.urlopen(url, timeout=timeout or CHECKIP_TIMEOUT_S) as resp:
-            text = resp.read(100).decode("ascii", "replace").strip()
-        address = ipaddress.ip_address(text)
-    except (OSError, ValueError) as e:
-        raise ProvisionError(
-            f"could not find this machine's public address for SSH ingress ({url}: {e}); "
-            "set ssh_cidr (e.g. 203.0.113.7/32) in the config", cloud="aws") from None
-    return f"{address}/{address.max_prefixlen}"
 
 
 def find_security_groups(ec2, cluster_id: str) -> list[dict]:
@@ -108,30 +71,28 @@ def find_key_pairs(ec2, cluster_id: str) -> list[str]:
     return sorted({k["KeyName"] for k in by_tag + by_name})
 
 
-def ensure_key_pair(ec2, cluster_id: str, tags: dict[str, str]) -> tuple[str, Path, bool]:
-    """(key name, private key file, created). An AWS key whose private half we lost is replaced."""
-    name, path = resource_name(cluster_id), key_path(cluster_id)
+def register_key(ec2, cluster_id: str, tags: dict[str, str]) -> tuple[str, bool]:
+    """(key pair name, registered now): the cluster's local public key imported as an EC2 key pair.
+
+    A key pair whose private half is no longer here is replaced (an instance could not be reached).
+    """
+    from infra.vm.keys import ensure_cluster_key, key_path
+
+    name = resource_name(cluster_id)
+    had_private = key_path(cluster_id).exists()
+    _, public = ensure_cluster_key(cluster_id)
     if name in find_key_pairs(ec2, cluster_id):
-        if path.exists():
-            return name, path, False
+        if had_private:
+            return name, False
         ec2.delete_key_pair(KeyName=name)
-    material = ec2.create_key_pair(KeyName=name, KeyType="ed25519",
-                                   TagSpecifications=[tag_spec("key-pair", tags)])["KeyMaterial"]
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.exists():
-        path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(material if material.endswith("\n") else material + "\n")
-    return name, path, True
+    ec2.import_key_pair(KeyName=name, PublicKeyMaterial=public.encode(),
+                        TagSpecifications=[tag_spec("key-pair", tags)])
+    return name, True
 
 
-def delete_key_pair(ec2, name: str, cluster_id: str) -> None:
+def delete_key_pair(ec2, name: str) -> None:
     try:
         ec2.delete_key_pair(KeyName=name)
     except ClientError as e:
         if e.response.get("Error", {}).get("Code") != "InvalidKeyPair.NotFound":
             raise
-    path = key_path(cluster_id)
-    if path.exists():
-        path.unlink()

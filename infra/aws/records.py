@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from infra.aws import network as net
+from infra.vm.keys import key_path
 from infra.base import TAG_JOB, TAG_OWNER, Cluster, Node, NodeState
 
 TAG_ROLE = "dlrun-role"          # head / worker
@@ -70,7 +70,7 @@ def cluster_from_instances(region: str, cluster_id: str, instances: list[dict], 
         # not an HTTP address: the runner reaches the head's Jobs API through infra.vm.ssh.open_tunnel
         head_address=f"ssh://{ssh_user}@{head.public_ip or head.private_ip}",
         ssh_user=ssh_user,
-        ssh_key_path=(own_key_path or "") if own_key else str(net.key_path(cluster_id)),
+        ssh_key_path=(own_key_path or "") if own_key else str(key_path(cluster_id)),
         extra={"security_group_ids": sorted({g["GroupId"] for i in instances
                                              for g in i.get("SecurityGroups", [])}),
                "key_name": first.get("KeyName", ""), "ami": first.get("ImageId", ""),

@@ -1,4 +1,4 @@
-"""Ray Jobs API client, and starting/attaching/stopping the local Ray head.
+"""Starting, attaching to and stopping the local Ray head.
 
 A head that dlrun starts runs as `ray start --head --block` in its own session; its process
 group id is recorded in $DLRUN_HOME/local_head.json, and `dlrun down` signals exactly that group
@@ -10,20 +10,18 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from orchestrator.state.db import dlrun_home
+from infra.base import ProvisionError
+from infra.paths import dlrun_home
+from infra.reach import dashboard_alive, free_port, port_free, wait_dashboard  # noqa: F401
 
 DEFAULT_DASHBOARD_PORT = 8265
-TERMINAL_RAY_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
 @dataclass
@@ -39,38 +37,6 @@ class LocalHead:
 
 def _record_path() -> Path:
     return dlrun_home() / "local_head.json"
-
-
-def free_port(preferred: int | None = None) -> int:
-    if preferred and port_free(preferred):
-        return preferred
-    # all interfaces: Ray binds most of its ports on the node's own address, not on 127.0.0.1
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return s.getsockname()[1]
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", port))
-            return True
-        except OSError:
-            return False
-
-
-def dashboard_alive(url: str, timeout: float = 1.0) -> bool:
-    """True when a Ray dashboard (Jobs API) answers at url."""
-    try:
-        with urllib.request.urlopen(f"{url}/api/version", timeout=timeout) as r:
-            return r.status == 200 and "ray_version" in json.loads(r.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        # a head with token authentication answers 401 to a request without its token: it is up,
-        # and JobSubmissionClient sends the token when RAY_AUTH_MODE=token is set
-        return e.code == 401
-    except Exception:
-        return False
 
 
 def _group_alive(pgid: int) -> bool:
@@ -104,14 +70,13 @@ def ensure_local_head(*, dashboard_port: int | None = None, num_cpus: int | None
     """Attach to dlrun's head, or to a Ray head already on the dashboard port, or start one."""
     head = recorded_head()
     if head:
-        _wait_dashboard(head.dashboard_url, timeout)
+        wait_dashboard(head.dashboard_url, timeout, what="the local Ray head")
         return head
     explicit = os.environ.get("DLRUN_RAY_ADDRESS")
     if explicit:
         if not dashboard_alive(explicit, timeout=3):
-            from orchestrator.errors import UsageError
-            raise UsageError(f"DLRUN_RAY_ADDRESS={explicit}: no Ray dashboard answers there; "
-                             "start Ray or unset the variable")
+            raise ProvisionError(f"DLRUN_RAY_ADDRESS={explicit}: no Ray dashboard answers there; "
+                                 "start Ray or unset the variable", cloud="local")
         return LocalHead(dashboard_url=explicit, gcs_address="", pgid=None, started_by_dlrun=False)
     port = dashboard_port or int(os.environ.get("DLRUN_DASHBOARD_PORT", DEFAULT_DASHBOARD_PORT))
     url = f"http://127.0.0.1:{port}"
@@ -151,25 +116,12 @@ def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeou
                      temp_dir=temp_dir)
     _record_path().write_text(json.dumps(asdict(head)))
     try:
-        _wait_dashboard(head.dashboard_url, timeout, proc=proc)
+        wait_dashboard(head.dashboard_url, timeout, proc=proc, what="the local Ray head",
+                       log_hint=f"; see {dlrun_home() / 'local_head.log'}")
     except BaseException:
         stop_local_head(head)
         raise
     return head
-
-
-def _wait_dashboard(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if dashboard_alive(url, timeout=1.0):
-            return
-        if proc is not None and proc.poll() is not None:
-            from orchestrator.errors import ProvisioningFailedError
-            raise ProvisioningFailedError(
-                f"the local Ray head exited (code {proc.returncode}); see {dlrun_home() / 'local_head.log'}")
-        time.sleep(0.25)
-    from orchestrator.errors import ProvisioningFailedError
-    raise ProvisioningFailedError(f"the local Ray head did not answer at {url} within {timeout:.0f} s")
 
 
 def stop_local_head(head: LocalHead | None = None, timeout: float = 6.0) -> bool:
@@ -193,47 +145,3 @@ def stop_local_head(head: LocalHead | None = None, timeout: float = 6.0) -> bool
     if head.temp_dir and Path(head.temp_dir).name.startswith("dlrun-ray-"):
         shutil.rmtree(head.temp_dir, ignore_errors=True)
     return True
-
-
-class RayJobs:
-    """The Ray Jobs API of one cluster (a thin layer over JobSubmissionClient)."""
-
-    def __init__(self, address: str):
-        from ray.job_submission import JobSubmissionClient
-
-        self.address = address
-        self.client = JobSubmissionClient(address)
-
-    def submit(self, *, entrypoint: str, submission_id: str, runtime_env: dict, metadata: dict,
-               entrypoint_num_gpus: float | None = None, agent_wait_s: float = 120.0) -> str:
-        # Ray job metadata values must be strings
-        meta = {str(k): str(v) for k, v in metadata.items() if v is not None}
-        deadline = time.monotonic() + agent_wait_s
-        while True:
-            try:
-                return self.client.submit_job(entrypoint=entrypoint, submission_id=submission_id,
-                                              runtime_env=runtime_env, metadata=meta,
-                                              entrypoint_num_gpus=entrypoint_num_gpus)
-            except RuntimeError as e:
-                # a head that has just come up answers before its job agent is ready
-                if "No available agent" not in str(e) or time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
-
-    def status(self, submission_id: str) -> str:
-        return str(self.client.get_job_status(submission_id).value)
-
-    def info(self, submission_id: str):
-        return self.client.get_job_info(submission_id)
-
-    def logs(self, submission_id: str) -> str:
-        return self.client.get_job_logs(submission_id)
-
-    def stop(self, submission_id: str) -> bool:
-        try:
-            return self.client.stop_job(submission_id)
-        except Exception:
-            return False
-
-    def list(self):
-        return self.client.list_jobs()

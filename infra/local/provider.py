@@ -1,87 +1,30 @@
-"""This machine: detect its GPUs (or fall back to CPU) and run a Ray head on 127.0.0.1.
+"""This machine as a backend: 'launching' means having a Ray head on 127.0.0.1.
 
 The local head stays up after a job so its dashboard keeps the job history; `dlrun down`
 stops it (only when dlrun started it).
 """
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import time
-from dataclasses import dataclass
-from functools import lru_cache
 
-from infra.base import Cluster, ClusterRequest, Node, NodeState
-from infra.catalog import Offer, canonical_gpu
-
-
-@dataclass(frozen=True)
-class LocalGpu:
-    name: str
-    memory_gb: float
-
-
-def _canonical(raw: str, memory_gb: float) -> str | None:
-    """'Tesla T4' -> T4, 'NVIDIA A100-SXM4-80GB' -> A100-80GB, 'NVIDIA H100 80GB HBM3' -> H100."""
-    words = raw.replace("NVIDIA", "").replace("Tesla", "").replace("-", " ").split()
-    for w in words:
-        name = canonical_gpu(w)
-        if name == "A100" and memory_gb > 45:
-            return "A100-80GB"
-        if name == "V100" and memory_gb > 20:
-            return "V100-32GB"
-        if name:
-            return name
-    return None
-
-
-@lru_cache(maxsize=1)
-def detect_gpus() -> tuple[LocalGpu, ...]:
-    """GPUs of this machine from nvidia-smi (no torch import); empty on a CPU-only machine."""
-    if os.environ.get("DLRUN_LOCAL_GPUS") == "none" or not shutil.which("nvidia-smi"):
-        return ()
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    gpus = []
-    for line in out.strip().splitlines():
-        name, _, mem = line.rpartition(",")
-        try:
-            gpus.append(LocalGpu(name=name.strip(), memory_gb=round(float(mem) / 1024, 1)))
-        except ValueError:
-            continue
-    return tuple(gpus)
-
-
-def local_offers() -> list[Offer]:
-    """The local machine as planner candidates: its GPUs when it has them, and its CPU, at $0/h."""
-    cpus = os.cpu_count() or 1
-    mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    offers = [Offer(cloud="local", region="local", instance_type="cpu", accelerator=None, accelerator_count=0,
-                    gpu_memory_gb=0.0, vcpus=cpus, memory_gb=mem_gb, price_per_hour=0.0,
-                    spot_price_per_hour=None, source="this machine")]
-    gpus = detect_gpus()
-    if gpus:
-        g = gpus[0]
-        name = _canonical(g.name, g.memory_gb) or g.name
-        offers.insert(0, Offer(cloud="local", region="local", instance_type="gpu", accelerator=name,
-                               accelerator_count=len(gpus), gpu_memory_gb=g.memory_gb, vcpus=cpus,
-                               memory_gb=mem_gb, price_per_hour=0.0, spot_price_per_hour=None,
-                               source=f"this machine ({g.name})"))
-    return offers
+from infra.base import Cluster, ClusterRequest, Connection, Node, NodeState
+from infra.catalog import Offer
+from infra.local.gpus import local_offers
+from infra.local.head import dashboard_alive, ensure_local_head
 
 
 class LocalProvider:
-    """The local machine as a provider: 'launching' means having a Ray head on 127.0.0.1."""
-
     name = "local"
 
-    def launch(self, request: ClusterRequest) -> Cluster:
-        from infra.local.head import ensure_local_head
+    def __init__(self, **_ignored):
+        from infra import capabilities
 
+        self.capabilities = capabilities(self.name)
+
+    def offers(self) -> list[Offer]:
+        return local_offers()
+
+    def launch(self, request: ClusterRequest) -> Cluster:
         head = ensure_local_head()
         return Cluster(cluster_id=request.cluster_id, provider="local", region="local", zone="local",
                        instance_type=request.offer.instance_type, spot=False, price_per_hour=0.0,
@@ -89,9 +32,10 @@ class LocalProvider:
                        job_id=request.job_id, launched_at=time.time(), head_address=head.dashboard_url,
                        extra={"started_by_dlrun": head.started_by_dlrun, "pgid": head.pgid})
 
-    def status(self, cluster: Cluster) -> list[NodeState]:
-        from infra.local.head import dashboard_alive
+    def connect(self, cluster: Cluster) -> Connection:
+        return Connection(cluster.head_address)
 
+    def status(self, cluster: Cluster) -> list[NodeState]:
         alive = dashboard_alive(cluster.head_address, timeout=2.0)
         return [NodeState("local", "running" if alive else "gone")]
 

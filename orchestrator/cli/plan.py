@@ -7,44 +7,22 @@ import click
 
 from orchestrator.errors import NothingFitsError, UsageError
 
-BACKENDS = ("local", "aws", "gcp")
 DEFAULT_ROWS_NOTE = "best row per cloud × GPU config × market; --all shows every candidate"
 
 
-def _local_offers():
-    try:
-        from infra.local.provider import local_offers
-    except ImportError:  # infra/local.py not there: this machine's CPU only
-        import os
-
-        from infra.catalog import Offer
-
-        return [Offer(cloud="local", region="local", instance_type="cpu", accelerator=None, accelerator_count=0,
-                      gpu_memory_gb=0.0, vcpus=os.cpu_count() or 1, memory_gb=0.0, price_per_hour=0.0,
-                      spot_price_per_hour=None, source="this machine")]
-    return local_offers()
-
-
 def run_plan(spec, backend: str | None = None, *, blocked: frozenset[str] = frozenset(), store=None,
-             offers=None, local_offers=None):
-    """Plan a validated JobSpec over the catalog and this machine; `backend` restricts to one cloud."""
-    from infra.catalog import load_offers
-    from orchestrator.planning.planner import plan
+             offers=None):
+    """Plan a validated JobSpec over every backend it names; `backend` restricts to one."""
+    from infra import BACKEND_NAMES
+    from orchestrator.planning.planner import plan_job, restrict
 
-    if backend is not None:
-        if backend not in BACKENDS:
-            raise UsageError(f"--backend: '{backend}' is not one of {', '.join(BACKENDS)}")
-        spec = spec.model_copy(update={"resources": spec.resources.model_copy(update={"clouds": [backend]})})
+    if backend is not None and backend not in BACKEND_NAMES:
+        raise UsageError(f"--backend: '{backend}' is not one of {', '.join(BACKEND_NAMES)}")
     if store is None:
         from orchestrator.state.db import Store
 
         store = Store()
-    offers = load_offers() if offers is None else offers
-    local_offers = _local_offers() if local_offers is None else local_offers
-    if backend is not None:
-        offers = [o for o in offers if o.cloud == backend]
-        local_offers = [o for o in local_offers if o.cloud == backend]
-    return plan(spec, offers, blocked=blocked, store=store, local_offers=local_offers)
+    return plan_job(restrict(spec, backend), blocked=blocked, store=store, offers=offers)
 
 
 # --- rendering -------------------------------------------------------------------------------------

@@ -189,7 +189,7 @@ def _wait_ready(proc: subprocess.Popen, url: str, timeout: float = 15.0) -> bool
 def start_metrics_stack() -> list[str]:
     """Start Prometheus and Grafana from the system's packages with the configs Ray generated in the
     local head's session directory. One line per component: its URL, or how to install it."""
-    from infra.local.head import port_free
+    from infra.reach import port_free
     from orchestrator.state.db import dlrun_home
 
     session = ray_session_dir()

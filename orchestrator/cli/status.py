@@ -104,7 +104,7 @@ def print_logs(job_id: str, follow: bool = False) -> None:
             click.echo(f"(job {row['id']} is {row['status']}; no output yet)", err=True)
         if not follow or row["status"] in TERMINAL:
             return
-    from infra.local.head import RayJobs
+    from orchestrator.runs.ray_jobs import RayJobs
 
     while not row["ray_submission_id"]:
         time.sleep(1)
@@ -133,7 +133,7 @@ def cancel(job_id: str) -> str:
     if row["status"] in TERMINAL:
         return f"{row['id']} already ended ({row['status']})"
     if row["ray_submission_id"] and row["ray_address"]:
-        from infra.local.head import RayJobs
+        from orchestrator.runs.ray_jobs import RayJobs
 
         try:
             RayJobs(row["ray_address"]).stop(row["ray_submission_id"])

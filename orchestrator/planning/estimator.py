@@ -13,6 +13,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from infra import runs_here
 from infra.catalog import GpuSpec, Offer, gpu_spec
 
 # Calibrated priors (the few constants of the model). GPU figures: eager PyTorch on cloud GPUs.
@@ -115,18 +116,19 @@ def needed_gb(profile, gpus: int = 1) -> float:
 def _offer_step(profile, offer: Offer, num_nodes: int) -> tuple[float, str]:
     """(seconds per step, basis) for an offer, memoised on the profile (the planner asks 10,000×)."""
     cache = profile.__dict__.setdefault("_step_cache", {})
-    key = (offer.cloud == "local", offer.accelerator, offer.accelerator_count, num_nodes)
+    here = runs_here(offer.cloud)
+    key = (here, offer.accelerator, offer.accelerator_count, num_nodes)
     if key in cache:
         return cache[key]
     measured = profile.local_step_seconds
-    if offer.cloud == "local" and offer.accelerator is None:
+    if here and offer.accelerator is None:
         if "cpu" in measured:
             result = (measured["cpu"], "measured")
         else:
             from orchestrator.planning.profile import cpu_probe
 
             result = (cpu_roofline_step_seconds(profile, cpu_probe()), "roofline")
-    elif offer.cloud == "local" and "cuda" in measured:
+    elif here and "cuda" in measured:
         result = (measured["cuda"], "measured")
     else:
         gpu = gpu_spec(offer.accelerator or "") or gpu_spec("T4")  # an unknown local GPU: assume a T4
@@ -148,11 +150,10 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
     measured = profile.source == "measured"
     raw_run = step * profile.total_steps * (1 + EVAL_FRACTION if measured else 1) + (JOB_START_SECONDS if measured else 0)
     run = raw_run * correction
-    local = offer.cloud == "local"
     startup = STARTUP_SECONDS.get(offer.cloud, STARTUP_SECONDS["aws"]) + STARTUP_PER_EXTRA_NODE * (num_nodes - 1)
 
     preempt = 0.0
-    if spot and not local:
+    if spot:
         rate = PREEMPTIONS_PER_NODE_HOUR.get(offer.cloud, 0.1) * num_nodes
         epoch_s = run / max(1, profile.epochs)
         lost = min(epoch_s, run) / 2  # checkpoints are written every epoch

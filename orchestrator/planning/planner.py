@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from infra import capabilities
 from infra.catalog import Offer, canonical_gpu
 from orchestrator.planning.estimator import Estimate, estimate, history_from_store
 
@@ -145,8 +146,8 @@ def is_blocked(offer: Offer, blocked: frozenset[str]) -> bool:
 
 
 def markets(offer: Offer, spot_policy: str) -> list[bool]:
-    """Which markets of an offer a spot policy allows. Local has no market: always on-demand."""
-    if offer.cloud == "local":
+    """Which markets of an offer a spot policy allows; a backend without spot is always on-demand."""
+    if not capabilities(offer.cloud).spot:
         return [False]
     has_spot = offer.spot_price_per_hour is not None
     return {"never": [False], "always": [True] if has_spot else [],
@@ -160,10 +161,10 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
         return f"cloud {offer.cloud} not in resources.clouds"
     if is_blocked(offer, blocked):
         return "blocked after a failure"
-    if res.regions and offer.cloud != "local" and offer.region not in res.regions:
+    if res.regions and capabilities(offer.cloud).regional and offer.region not in res.regions:
         return f"region {offer.region} not in resources.regions"
-    if offer.cloud == "local" and res.num_nodes > 1:
-        return "local runs on one node"
+    if res.num_nodes > 1 and not capabilities(offer.cloud).multi_node:
+        return f"{offer.cloud} runs on one node"
     wishes = res.accelerator_wishes
     if wishes:
         name = canonical_gpu(offer.accelerator) if offer.accelerator else None
@@ -178,8 +179,7 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
 
 # --- the plan --------------------------------------------------------------------------------------
 
-def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), local_offers: list[Offer] = (),
-         store=None, profile=None, history=None) -> Plan:
+def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), store=None, profile=None, history=None) -> Plan:
     profile = profile or profile_for(spec)
     if history is None and store is not None:
         history = history_from_store(store)
@@ -187,7 +187,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), lo
     max_cost, deadline = spec.budget.max_cost, spec.budget.deadline_seconds
     nodes = spec.resources.num_nodes
     candidates: list[Candidate] = []
-    for offer in [*local_offers, *offers]:
+    for offer in offers:
         reason = exclusion_reason(spec, offer, blocked)
         allowed = markets(offer, spec.resources.spot)
         if not allowed:
@@ -217,3 +217,22 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), lo
 
 def _rank(c: Candidate):
     return (c.estimate.cost, c.estimate.hours, c.offer.key, c.spot)
+
+
+def restrict(spec, backend: str | None):
+    """--backend NAME narrows the spec's clouds to that one backend."""
+    if not backend:
+        return spec
+    res = spec.resources.model_copy(update={"clouds": [backend]})
+    return spec.model_copy(update={"resources": res})
+
+
+def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers: list[Offer] | None = None) -> Plan:
+    """The plan over every backend the spec names (this machine and the catalog's cloud offers)."""
+    from infra import offers_for
+
+    if offers is None:
+        offers = offers_for(spec.resources.clouds)
+    else:
+        offers = [o for o in offers if o.cloud in spec.resources.clouds]
+    return plan(spec, offers, blocked=blocked, store=store)

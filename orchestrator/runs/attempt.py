@@ -17,7 +17,8 @@ from typing import Callable
 from orchestrator.cli.render.display import JobView
 from orchestrator.runs.entrypoint import entrypoint, num_workers, runtime_env
 from orchestrator.planning.spec import JobSpec
-from orchestrator.state.db import Store, dlrun_home, new_id
+from orchestrator.paths import job_log_path
+from orchestrator.state.db import Store, new_id
 from orchestrator.runs.watch import CostMeter, Outcome, Watcher
 
 # outcomes after which the Ray job may still be running and must be stopped before teardown
@@ -37,17 +38,12 @@ class AttemptContext:
     clock: Callable[[], float] = time.time
 
 
-def job_log_path(job_id: str):
-    d = dlrun_home() / "logs"
-    d.mkdir(exist_ok=True)
-    return d / f"{job_id}.log"
-
-
 def runs_on_this_machine(cloud: str) -> bool:
     """Local jobs, and cloud heads that the documented test hook maps to a local Ray head."""
+    from infra import runs_here
     from infra.vm.ssh import TEST_HEAD_ADDRESS_ENV
 
-    return cloud == "local" or bool(os.environ.get(TEST_HEAD_ADDRESS_ENV))
+    return runs_here(cloud) or bool(os.environ.get(TEST_HEAD_ADDRESS_ENV))
 
 
 def run_attempt(ctx: AttemptContext, cand, get_provider):
@@ -107,12 +103,18 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
                            price_all=price_all, submission=submission)
 
 
+def provider_remote(cloud: str) -> bool:
+    from infra import capabilities
+
+    return capabilities(cloud).remote
+
+
 def _entrypoint_gpus(offer, workers: int) -> float | None:
     """A single-worker job on a GPU offer holds one GPU; Ray Train workers ask for their own."""
     if not offer.accelerator or workers != 1:
         return None
-    if offer.cloud != "local" and runs_on_this_machine(offer.cloud):
-        from infra.local.provider import detect_gpus
+    if provider_remote(offer.cloud) and runs_on_this_machine(offer.cloud):
+        from infra.local.gpus import detect_gpus
 
         return 1 if detect_gpus() else None  # the test hook's head is this machine: its GPUs, if any
     return 1
@@ -136,9 +138,9 @@ def reattach(ctx: AttemptContext, get_provider) -> Outcome | None:
         store.add_event(ctx.job_id, "reattach", {"cluster": crow["id"], "found": "half-launched; removed"})
         return Outcome("RELAUNCH", "the previous supervisor died while launching")
     cluster = Cluster.from_dict(json.loads(crow["cluster_json"]))
-    states = [] if crow["provider"] == "local" else provider.status(cluster)
+    states = provider.status(cluster)
     lost = [s for s in states if s.status != "running"]
-    if lost or (crow["provider"] != "local" and not states):
+    if lost or not states:
         provider.terminate(cluster)
         _record_teardown(ctx, crow["id"], crow["provider"], previous, crow["launched_at"], price_all)
         store.add_event(ctx.job_id, "reattach", {"cluster": crow["id"], "found": "nodes lost; terminated"})
@@ -154,15 +156,16 @@ def reattach(ctx: AttemptContext, get_provider) -> Outcome | None:
 def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, previous: float,
                     price_all: float, submission: dict | None, submission_id: str | None = None) -> Outcome:
     """Submit (unless re-attaching), watch until the job ends, then stop what is left and tear down."""
-    from infra.local.head import RayJobs
+    from orchestrator.runs.ray_jobs import RayJobs
 
     store, job_id = ctx.store, ctx.job_id
-    tunnel = jobs = None
+    connection = jobs = None
     outcome = Outcome("INTERRUPTED", "dlrun stopped while the job ran")
     try:
         ctx.view.phase = "bootstrapping"
         ctx.display.update(ctx.view)
-        address, tunnel = head_address(cluster)
+        connection = provider.connect(cluster)
+        address = connection.address
         jobs = RayJobs(address)
         if submission is not None:
             submission_id = submission["submission_id"]
@@ -173,7 +176,7 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
             store.update_job(job_id, ray_address=address)
         watcher = Watcher(jobs=jobs, submission_id=submission_id, view=ctx.view, display=ctx.display,
                           meter=CostMeter(previous, price_all, started),
-                          node_states=None if cluster.provider == "local" else (lambda: provider.status(cluster)),
+                          node_states=(lambda: provider.status(cluster)) if provider.capabilities.billed else None,
                           on_event=lambda kind, detail: _on_event(store, job_id, kind, detail),
                           max_cost=ctx.spec.budget.max_cost, poll_s=ctx.poll_s, node_poll_s=ctx.node_poll_s,
                           confirm_cancel=getattr(ctx.display, "confirm_cancel", lambda: True),
@@ -186,8 +189,8 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
         if jobs is not None and submission_id and outcome.kind in UNFINISHED:
             jobs.stop(submission_id)  # the job writes no more; its checkpoints stay where they are
         stop_at = ctx.clock()
-        if tunnel is not None:
-            tunnel.close()
+        if connection is not None:
+            connection.close()
         provider.terminate(cluster)
         _record_teardown(ctx, cluster.cluster_id, cluster.provider, previous, started, price_all, stop_at)
 
@@ -206,22 +209,6 @@ def provider_cleanup(provider, cluster_id: str) -> None:
     for owned in provider.list_owned():
         if owned.cluster_id == cluster_id:
             provider.terminate(owned)
-
-
-def head_address(cluster):
-    """(Jobs API address, tunnel or None) for the cluster's head."""
-    if cluster.provider == "local":
-        return cluster.head_address, None
-    from infra.vm.ssh import open_tunnel
-    from infra.local.head import _wait_dashboard
-
-    tunnel = open_tunnel(cluster, 8265)
-    try:
-        _wait_dashboard(tunnel.local_address, timeout=float(os.environ.get("DLRUN_BOOT_TIMEOUT", 900)))
-    except BaseException:
-        tunnel.close()
-        raise
-    return tunnel.local_address, tunnel
 
 
 def _on_event(store: Store, job_id: str, kind: str, detail: dict) -> None:

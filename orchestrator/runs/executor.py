@@ -20,6 +20,7 @@ from orchestrator.cli.render.display import JobView, PlainDisplay
 from orchestrator.runs.entrypoint import checkpoint_location, run_key
 from orchestrator.errors import (CloudCredentialsError, JobFailedError, NothingFitsError,
                                  ProvisioningFailedError)
+from orchestrator.planning.planner import restrict
 from orchestrator.planning.spec import JobSpec
 from orchestrator.state.db import LIVE, Store, default_store
 from orchestrator.runs.attempt import AttemptContext, reattach, run_attempt
@@ -36,22 +37,10 @@ class SubmitResult:
     result: dict = field(default_factory=dict)
 
 
-def restrict(spec: JobSpec, backend: str | None) -> JobSpec:
-    """--backend local|aws|gcp narrows the spec's clouds to one."""
-    if not backend:
-        return spec
-    res = spec.resources.model_copy(update={"clouds": [backend]})
-    return spec.model_copy(update={"resources": res})
-
-
 def make_plan(spec: JobSpec, blocked: frozenset[str] = frozenset(), store: Store | None = None):
-    from infra.local.provider import local_offers
-    from orchestrator.planning import planner
-    from infra.catalog import load_offers
+    from orchestrator.planning.planner import plan_job
 
-    offers = load_offers() if set(spec.resources.clouds) - {"local"} else []
-    locals_ = local_offers() if "local" in spec.resources.clouds else []
-    return planner.plan(spec, offers, blocked=blocked, local_offers=locals_, store=store)
+    return plan_job(spec, blocked=blocked, store=store)
 
 
 def _require_choice(plan, spec: JobSpec) -> None:

@@ -128,7 +128,7 @@ class Watcher:
                     return Outcome("STOPPED", "cancelled with Ctrl-C", run_seconds=self._run_seconds())
 
     def _loop(self) -> Outcome:
-        from infra.local.head import TERMINAL_RAY_STATUSES
+        from orchestrator.runs.ray_jobs import TERMINAL_RAY_STATUSES
 
         last_nodes = self.clock()
         last_status = None

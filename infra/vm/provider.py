@@ -1,0 +1,156 @@
+"""What every VM cloud shares: the launch skeleton, the SSH connection to the head, offers, capabilities.
+
+A cloud subclasses VmProvider and supplies the SDK calls (find, prepare, launch_in_zone, undo_zone,
+cleanup, to_provider_error, status, terminate, list_owned). The skeleton owns the order and the
+guarantees: nothing is created before the SSH source address is known; zones are tried in order and a
+stockout only removes what was made in that zone; any other failure (or Ctrl-C) removes everything
+this launch created before the error is raised, mapped to the provider error the executor acts on.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from infra.base import CapacityError, Cluster, ClusterRequest, Connection, ProviderError, ProvisionError
+from infra.catalog import Offer
+from infra.vm.network import resolve_ssh_cidr
+
+log = logging.getLogger(__name__)
+BOOT_TIMEOUT_ENV = "DLRUN_BOOT_TIMEOUT"
+
+
+@dataclass
+class Created:
+    """What one launch made, so a failure removes exactly that (and a retry finds nothing half-made)."""
+
+    region: str = ""
+    instances: list = field(default_factory=list)  # the cloud's instance handles, with their zone
+    firewalls: list[str] = field(default_factory=list)  # AWS security group ids / GCE firewall names
+    key: str = ""  # the cloud-side name of a key this launch registered
+
+
+class VmProvider:
+    name = ""
+    ssh_cidr: str | None = None
+
+    @property
+    def capabilities(self):
+        from infra import capabilities
+
+        return capabilities(self.name)
+
+    def offers(self) -> list[Offer]:
+        from infra.catalog import load_offers
+
+        return [o for o in load_offers() if o.cloud == self.name]
+
+    # ---------------------------------------------------------------- the launch skeleton
+    def launch(self, request: ClusterRequest) -> Cluster:
+        """Start the cluster's nodes, or return them when this cluster id already has them."""
+        region = request.offer.region
+        if request.num_nodes < 1:
+            raise ProvisionError("a cluster needs at least one node", cloud=self.name, region=region)
+        try:
+            self.check_region(region)
+            existing = self.find(request)
+        except Exception as e:
+            raise self.to_provider_error(e, region=region) from None
+        if existing is not None and existing.complete:
+            return existing.cluster
+        ssh_cidr = resolve_ssh_cidr(request.ssh_cidr, self.ssh_cidr, cloud=self.name)
+        created = Created(region=region)
+        try:
+            return self._launch(request, ssh_cidr, existing, created)
+        except (Exception, KeyboardInterrupt) as e:
+            self._safe_cleanup(request.cluster_id, created)
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise self.to_provider_error(e, region=region, what=request.offer.instance_type) from None
+
+    def _launch(self, request: ClusterRequest, ssh_cidr: str, existing, created: Created) -> Cluster:
+        region, what = request.offer.region, request.offer.instance_type
+        prepared = self.prepare(request, ssh_cidr, created)
+        zones = existing.zones if existing is not None and existing.zones else self.zones(region)
+        failures: list[str] = []
+        for zone in zones:
+            try:
+                return self.launch_in_zone(request, zone, prepared, existing, created)
+            except Exception as e:
+                err = self.to_provider_error(e, region=region, zone=zone, what=what)
+                if not isinstance(err, CapacityError):
+                    raise err from None
+                failures.append(f"{zone}: {err.message}")
+                self.undo_zone(created, zone)
+        market = "spot" if request.spot else "on-demand"
+        raise CapacityError(f"no {market} capacity for {what} in any zone of {region} "
+                            f"({'; '.join(failures) or 'no zones'})", cloud=self.name, region=region)
+
+    def _safe_cleanup(self, cluster_id: str, created: Created) -> None:
+        """Best effort, never hiding the launch's own error: `dlrun down --orphans` finds the rest."""
+        try:
+            self.cleanup(cluster_id, created)
+        except (Exception, KeyboardInterrupt) as e:
+            log.warning("cleanup after a failed launch of %s was incomplete: %s", cluster_id, e)
+
+    # ---------------------------------------------------------------- reaching the head
+    def connect(self, cluster: Cluster) -> Connection:
+        """The head's dashboard through an SSH tunnel, once it answers (the node may still be booting)."""
+        from infra.reach import wait_dashboard
+        from infra.vm.ssh import open_tunnel
+
+        tunnel = open_tunnel(cluster, 8265)
+        try:
+            wait_dashboard(tunnel.local_address, timeout=float(os.environ.get(BOOT_TIMEOUT_ENV, 900)),
+                           what=f"the Ray head of {cluster.cluster_id}", cloud=self.name)
+        except BaseException:
+            tunnel.close()
+            raise
+        return Connection(tunnel.local_address, tunnel.close)
+
+    # ---------------------------------------------------------------- what a cloud supplies
+    def check_region(self, region: str) -> None:
+        """Raise when this provider cannot work in region (before anything is created)."""
+
+    def find(self, request: ClusterRequest) -> "Found | None":
+        raise NotImplementedError
+
+    def zones(self, region: str) -> list[str]:
+        raise NotImplementedError
+
+    def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created):
+        """Firewall/group and key; returns what launch_in_zone needs."""
+        raise NotImplementedError
+
+    def launch_in_zone(self, request: ClusterRequest, zone: str, prepared, existing, created: Created) -> Cluster:
+        raise NotImplementedError
+
+    def undo_zone(self, created: Created, zone: str) -> None:
+        raise NotImplementedError
+
+    def cleanup(self, cluster_id: str, created: Created) -> None:
+        raise NotImplementedError
+
+    def to_provider_error(self, e: BaseException, **where) -> ProviderError:
+        raise NotImplementedError
+
+
+@dataclass
+class Found:
+    """A cluster found by its tags: `complete` when every node is there; `zones` where it lives."""
+
+    cluster: Cluster | None
+    complete: bool
+    zones: list[str] = field(default_factory=list)
+    instances: dict = field(default_factory=dict)
+
+
+def local_ray_version(cloud: str = "") -> str:
+    """The Ray version the nodes must run: the client's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ray")
+    except PackageNotFoundError:
+        raise ProvisionError("Ray is not installed here; the cluster must run the client's Ray "
+                             "version, so install ray first", cloud=cloud) from None
