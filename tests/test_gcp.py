@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.gcp import network as gcp_network
+from infra.vm import network as vm_network
+from infra.vm.keys import key_path
 from infra.base import (BootstrapConfig, CapacityError, ClusterRequest, CredentialsError, Provider,
                         ProvisionError, QuotaError)
 from infra.gcp.provider import GcpProvider
@@ -23,7 +24,8 @@ def gce():
 @pytest.fixture(autouse=True)
 def no_address_lookup(monkeypatch):
     """Tests never ask the internet for the caller's address: the lookup finds nothing unless a test says."""
-    monkeypatch.setattr(gcp_network, "discover_caller_cidr", lambda *a, **k: None)
+    monkeypatch.setattr(vm_network, "CHECKIP_URLS", ("http://127.0.0.1:9/",))
+    monkeypatch.delenv("DLRUN_SSH_CIDR", raising=False)
 
 
 @pytest.fixture
@@ -53,7 +55,7 @@ def posts(gce: FakeGce, suffix: str) -> list[dict]:
 def assert_nothing_left(gce: FakeGce, cluster_id="c-1"):
     assert gce.instances == {}
     assert gce.firewalls == {}
-    assert not gcp_network.key_path(cluster_id).exists()
+    assert not key_path(cluster_id).exists()
 
 
 def test_is_a_provider(provider):
@@ -125,7 +127,7 @@ def test_firewall_admits_ssh_only_from_caller_and_internal_only_between_members(
 
 
 def test_discovered_address_is_used(gce, monkeypatch):
-    monkeypatch.setattr(gcp_network, "discover_caller_cidr", lambda *a, **k: "198.51.100.9/32")
+    monkeypatch.setattr(vm_network, "discover_caller_cidr", lambda *a, **k: "198.51.100.9/32")
     GcpProvider(project=gce.project, api_endpoint=gce.endpoint).launch(request())
     assert gce.firewalls["dlrun-c-1-ssh"]["sourceRanges"] == ["198.51.100.9/32"]
 
@@ -133,7 +135,7 @@ def test_discovered_address_is_used(gce, monkeypatch):
 @pytest.mark.parametrize("configured", [None, "0.0.0.0/0"])
 def test_no_usable_caller_address_fails_before_creating_anything(gce, configured):
     provider = GcpProvider(project=gce.project, api_endpoint=gce.endpoint, ssh_cidr=configured)
-    with pytest.raises(ProvisionError, match="ssh_cidr") as err:
+    with pytest.raises(ProvisionError, match="DLRUN_SSH_CIDR") as err:
         provider.launch(request())
     assert "0.0.0.0/0" in err.value.message or "address" in err.value.message
     assert gce.requests == []

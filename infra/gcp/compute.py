@@ -10,6 +10,7 @@ import re
 
 from google.cloud import compute_v1
 
+from infra.gcp.images import image_for
 from infra.base import TAG_CLUSTER, TAG_JOB, TAG_OWNER, ClusterRequest, ProvisionError
 from infra.gcp.network import SSH_USER, cluster_tag, slug
 from infra.catalog import gpu_spec
@@ -22,9 +23,6 @@ DEFAULT_ZONES: dict[str, list[str]] = {
     "europe-west4": ["europe-west4-a", "europe-west4-b", "europe-west4-c"],
 }
 BUILT_IN_GPU_FAMILIES = ("a2-", "a3-", "g2-")
-# Deep Learning VM images (CUDA 12.8, NVIDIA driver 570 preinstalled); request.image overrides
-GPU_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
-CPU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
 BOOT_DISK_GB = 100
 TAG_ROLE = "dlrun-role"
 META_CLUSTER_ID = "dlrun-cluster-id"
@@ -40,15 +38,6 @@ def label_value(value: str) -> str:
 def instance_names(cluster_id: str, num_nodes: int) -> list[str]:
     base = cluster_tag(cluster_id)
     return [f"{base}-head"] + [f"{base}-w{i}" for i in range(1, num_nodes)]
-
-
-def image_for(request: ClusterRequest) -> str:
-    """request.image as a full image path (projects/...), or as a Deep Learning VM family name."""
-    if request.image:
-        if request.image.startswith(("projects/", "https://")):
-            return request.image
-        return f"projects/deeplearning-platform-release/global/images/family/{request.image}"
-    return GPU_IMAGE if request.offer.accelerator else CPU_IMAGE
 
 
 def labels_for(request: ClusterRequest, *, is_head: bool) -> dict[str, str]:

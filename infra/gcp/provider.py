@@ -1,15 +1,14 @@
 """GCP backend: Compute Engine VMs (on-demand or SPOT, guest or built-in GPUs) with google-cloud-compute.
 
-launch() tries the region's zones in order (DEFAULT_ZONES, overridable): a stockout deletes what
-was made in that zone and moves on; quota, credentials and other errors remove everything this
-launch created and raise. Every instance carries dlrun's labels, so launch is idempotent by cluster
-id and list_owned() finds leftovers for `dlrun down --orphans`.
+The region's zones are tried in order (DEFAULT_ZONES, overridable); the launch order, rollback and
+zone failover are infra/vm/provider.py's, this file is the Compute Engine calls. Every instance
+carries dlrun's labels, so launch is idempotent by cluster id (a half-made cluster is finished in
+its zone) and list_owned() finds leftovers for `dlrun down --orphans`.
 """
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 
 import google.auth
 from google.api_core import exceptions as gexc
@@ -18,28 +17,20 @@ from google.auth import exceptions as auth_exc
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
+from infra.base import (TAG_CLUSTER, BootstrapConfig, Cluster, ClusterRequest, CredentialsError, NodeState,
+                        ProviderError, ProvisionError)
 from infra.gcp import errors as gcp_errors, network as net
-from infra.base import (TAG_CLUSTER, BootstrapConfig, CapacityError, Cluster, ClusterRequest,
-                        CredentialsError, Node, NodeState, ProviderError, ProvisionError)
+from infra.gcp.compute import (DEFAULT_ZONES, META_CLUSTER_ID, META_JOB_ID, META_PRICE, addresses_of,
+                               instance_body, instance_names, metadata_of)
+from infra.gcp.records import cluster_from_instances, node_state
 from infra.vm.bootstrap import startup_script
-from infra.gcp.compute import (DEFAULT_ZONES, META_CLUSTER_ID, META_JOB_ID, META_PRICE,
-                                 addresses_of, instance_body, instance_names, metadata_of)
+from infra.vm.keys import ensure_cluster_key, key_path, remove_cluster_key
+from infra.vm.provider import Created, Found, VmProvider, local_ray_version
 
 PREEMPTED_OPERATION = "compute.instances.preempted"
-PENDING_STATES = {"PROVISIONING", "STAGING", "REPAIRING"}
-DOWN_STATES = {"STOPPING", "STOPPED", "TERMINATED", "SUSPENDING", "SUSPENDED"}
 
 
-@dataclass
-class _Created:
-    """What one launch call created, so a failure removes exactly that."""
-
-    instances: list[tuple[str, str]] = field(default_factory=list)  # (zone, name)
-    firewalls: list[str] = field(default_factory=list)
-    ssh_key: str = ""  # cluster id whose key file this launch made
-
-
-class GcpProvider:
+class GcpProvider(VmProvider):
     name = "gcp"
     network = "global/networks/default"
     operation_timeout_s = 600.0
@@ -49,8 +40,8 @@ class GcpProvider:
         # DLRUN_GCP_API_ENDPOINT points the client at a Compute Engine emulator (the tests' fake server)
         api_endpoint = api_endpoint or os.environ.get("DLRUN_GCP_API_ENDPOINT") or None
         self._project, self._credentials, self.api_endpoint = project, credentials, api_endpoint
-        self.ssh_cidr = ssh_cidr or os.environ.get("DLRUN_SSH_CIDR") or None
-        self.zones = {**DEFAULT_ZONES, **(zones or {})}
+        self.ssh_cidr = ssh_cidr
+        self.zone_table = {**DEFAULT_ZONES, **(zones or {})}
         self._clients: dict[str, object] | None = None
         self._terminated: set[str] = set()
 
@@ -90,74 +81,46 @@ class GcpProvider:
     def _c(self, name: str):
         return self._connect()[name]
 
-    # ---------------------------------------------------------------- launch
-    def launch(self, request: ClusterRequest) -> Cluster:
-        offer = request.offer
-        region = offer.region
-        if offer.cloud != "gcp":
-            raise ProvisionError(f"{offer.key} is not a GCP offer", cloud="gcp")
-        if region not in self.zones:
+    # ---------------------------------------------------------------- launch (VmProvider hooks)
+    def to_provider_error(self, e: BaseException, **where) -> ProviderError:
+        return gcp_errors.from_exception(e, **where)
+
+    def check_region(self, region: str) -> None:
+        if region not in self.zone_table:
             raise ProvisionError(f"no zones known for GCP region {region}; add them to the zone table",
                                  cloud="gcp", region=region)
-        if request.num_nodes < 1:
-            raise ProvisionError("a cluster needs at least one node", cloud="gcp", region=region)
-        ssh_cidr = self._ssh_cidr(request)  # before anything is created
-        try:
-            existing = self._find_instances(request.cluster_id, self.zones[region])
-        except Exception as e:
-            raise gcp_errors.from_exception(e, region=region) from None
-        created = _Created()
-        try:
-            return self._launch(request, ssh_cidr, existing, created)
-        except (Exception, KeyboardInterrupt) as e:
-            self._cleanup(created)
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            raise gcp_errors.from_exception(e, region=region) from None
 
-    def _ssh_cidr(self, request: ClusterRequest) -> str:
-        cidr = request.ssh_cidr or self.ssh_cidr or net.discover_caller_cidr()
-        if not cidr:
-            raise ProvisionError("could not find this machine's public address for the SSH firewall rule "
-                                 "(no answer from the address lookup); set ssh_cidr, e.g. 203.0.113.7/32 "
-                                 "— dlrun never opens SSH to 0.0.0.0/0", cloud="gcp", region=request.offer.region)
-        return net.checked_cidr(cidr)
+    def zones(self, region: str) -> list[str]:
+        return self.zone_table[region]
 
-    def _launch(self, request: ClusterRequest, ssh_cidr: str, existing: dict[str, list],
-                created: _Created) -> Cluster:
-        region = request.offer.region
-        self._ensure_firewalls(request.cluster_id, ssh_cidr, created)
-        if not net.key_path(request.cluster_id).exists():
-            created.ssh_key = request.cluster_id
-        key_file, public_key = net.ensure_ssh_key(request.cluster_id)
-        zones = list(existing) or self.zones[region]  # a half-made cluster is finished where it is
-        last: CapacityError | None = None
-        for zone in zones:
+    def find(self, request: ClusterRequest) -> Found | None:
+        existing = self._find_instances(request.cluster_id, self.zone_table[request.offer.region])
+        # a half-made cluster is finished where it is (never complete here: launch_in_zone waits for it)
+        return Found(None, complete=False, zones=list(existing), instances=existing) if existing else None
+
+    def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> dict:
+        for rule in net.firewall_rules(request.cluster_id, ssh_cidr, self.network):
             try:
-                instances = self._launch_in_zone(request, zone, existing.get(zone, []), created, public_key)
-            except CapacityError as e:
-                last = e
-                self._delete_instances([k for k in created.instances if k[0] == zone])
-                created.instances = [k for k in created.instances if k[0] != zone]
-                continue
-            return self._cluster(request.cluster_id, request.job_id, region, zone, instances,
-                                 key_file=str(key_file), spot=request.spot,
-                                 price=request.offer.hourly(request.spot),
-                                 instance_type=request.offer.instance_type)
-        raise CapacityError(f"no capacity for {request.offer.instance_type} in any zone of {region} "
-                            f"({', '.join(zones)}): {last.message if last else ''}".strip(),
-                            cloud="gcp", region=region)
+                op = self._c("firewalls").insert(project=self.project, firewall_resource=rule)
+            except gexc.Conflict:
+                continue  # made by an earlier launch of this cluster
+            created.firewalls.append(rule.name)
+            self._wait(op.name, None)
+        if not key_path(request.cluster_id).exists():
+            created.key = request.cluster_id
+        _, public_key = ensure_cluster_key(request.cluster_id, comment=net.SSH_USER)
+        return dict(public_key=public_key,
+                    cfg=request.bootstrap or BootstrapConfig(ray_version=local_ray_version("gcp")))
 
-    def _launch_in_zone(self, request: ClusterRequest, zone: str, existing: list, created: _Created,
-                        public_key: str) -> list:
-        cfg = request.bootstrap or BootstrapConfig(ray_version=_local_ray_version())
+    def launch_in_zone(self, request: ClusterRequest, zone: str, prepared: dict, existing,
+                       created: Created) -> Cluster:
+        cfg, public_key = prepared["cfg"], prepared["public_key"]
         names = instance_names(request.cluster_id, request.num_nodes)
-        have = {i.name for i in existing}
+        have = {i.name for i in (existing.instances.get(zone, []) if existing else [])}
         what = f"{request.offer.instance_type}{' (spot)' if request.spot else ''}"
         if names[0] not in have:
             script = startup_script(cfg, is_head=True, cluster_id=request.cluster_id)
-            op = self._insert(request, zone, names[0], True, script, public_key, created)
-            self._wait(op, zone, what=what)
+            self._wait(self._insert(request, zone, names[0], True, script, public_key, created), zone, what=what)
         head_ip = addresses_of(self._get_instance(zone, names[0]))[0]
         script = startup_script(cfg, is_head=False, head_ip=head_ip, cluster_id=request.cluster_id)
         ops = [self._insert(request, zone, name, False, script, public_key, created)
@@ -170,19 +133,30 @@ class GcpProvider:
                 errors.append(e)
         if errors:
             raise errors[0]
-        return [self._get_instance(zone, name) for name in names]
+        instances = [self._get_instance(zone, name) for name in names]
+        return cluster_from_instances(request.cluster_id, request.job_id, request.offer.region, zone, instances,
+                                      project=self.project, spot=request.spot,
+                                      price=request.offer.hourly(request.spot),
+                                      instance_type=request.offer.instance_type)
 
     def _insert(self, request: ClusterRequest, zone: str, name: str, is_head: bool, script: str,
-                public_key: str, created: _Created) -> str:
+                public_key: str, created: Created) -> str:
         body = instance_body(request, name=name, zone=zone, project=self.project, network=self.network,
                              is_head=is_head, script=script, ssh_public_key=public_key)
-        try:
-            op = self._c("instances").insert(project=self.project, zone=zone, instance_resource=body)
-        except gexc.GoogleAPICallError as e:
-            raise gcp_errors.from_exception(e, region=request.offer.region, zone=zone,
-                                            what=request.offer.instance_type) from None
+        op = self._c("instances").insert(project=self.project, zone=zone, instance_resource=body)
         created.instances.append((zone, name))
         return op.name
+
+    def undo_zone(self, created: Created, zone: str) -> None:
+        self._delete_instances([k for k in created.instances if k[0] == zone])
+        created.instances = [k for k in created.instances if k[0] != zone]
+
+    def cleanup(self, cluster_id: str, created: Created) -> None:
+        self._delete_instances(created.instances)
+        self._delete_firewalls(created.firewalls)
+        if created.key:
+            remove_cluster_key(created.key)
+        created.instances, created.firewalls, created.key = [], [], ""
 
     def _wait(self, op_name: str, zone: str | None, *, what: str = "") -> None:
         """Wait for a zone (or global) operation; raise its error mapped to a provider error.
@@ -198,22 +172,13 @@ class GcpProvider:
                 op = self._c("global_ops").wait(project=self.project, operation=op_name)
             if op.status == compute_v1.Operation.Status.DONE:
                 break
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline:  # each wait() call itself blocks up to two minutes
                 raise ProvisionError(f"GCP operation {op_name} not done after {self.operation_timeout_s:.0f}s",
                                      cloud="gcp", zone=zone or "")
         region = zone.rsplit("-", 1)[0] if zone else ""
         error = gcp_errors.from_operation(op, region=region, zone=zone or "", what=what)
         if error:
             raise error
-
-    def _ensure_firewalls(self, cluster_id: str, ssh_cidr: str, created: _Created) -> None:
-        for rule in net.firewall_rules(cluster_id, ssh_cidr, self.network):
-            try:
-                op = self._c("firewalls").insert(project=self.project, firewall_resource=rule)
-            except gexc.Conflict:
-                continue  # made by an earlier launch of this cluster
-            created.firewalls.append(rule.name)
-            self._wait(op.name, None)
 
     def _get_instance(self, zone: str, name: str):
         return self._c("instances").get(project=self.project, zone=zone, instance=name)
@@ -228,29 +193,13 @@ class GcpProvider:
                 found[zone] = items
         return found
 
-    def _cluster(self, cluster_id: str, job_id: str, region: str, zone: str, instances: list, *,
-                 key_file: str, spot: bool, price: float, instance_type: str) -> Cluster:
-        head_name = instance_names(cluster_id, 1)[0]
-        nodes = []
-        for inst in sorted(instances, key=lambda i: (i.name != head_name, i.name)):
-            private_ip, public_ip = addresses_of(inst)
-            nodes.append(Node(node_id=inst.name, private_ip=private_ip, public_ip=public_ip, zone=zone,
-                              is_head=inst.name == head_name))
-        head = nodes[0] if nodes else None
-        return Cluster(
-            cluster_id=cluster_id, provider=self.name, region=region, zone=zone, instance_type=instance_type,
-            spot=spot, price_per_hour=price, nodes=nodes, job_id=job_id,
-            head_address=f"ssh://{net.SSH_USER}@{head.public_ip or head.private_ip}" if head else "",
-            ssh_user=net.SSH_USER, ssh_key_path=key_file,
-            extra={"project": self.project, "network_tag": net.cluster_tag(cluster_id),
-                   "firewalls": list(net.firewall_names(cluster_id))})
-
     # ---------------------------------------------------------------- status
     def status(self, cluster: Cluster) -> list[NodeState]:
         try:
             preempted = self._preempted_names({n.zone or cluster.zone for n in cluster.nodes})
-            return [self._node_state(n.node_id, self._maybe_instance(n.zone or cluster.zone, n.node_id),
-                                     cluster, preempted) for n in cluster.nodes]
+            return [node_state(n.node_id, self._maybe_instance(n.zone or cluster.zone, n.node_id), spot=cluster.spot,
+                               terminated_by_us=cluster.cluster_id in self._terminated, preempted=preempted)
+                    for n in cluster.nodes]
         except Exception as e:
             raise gcp_errors.from_exception(e, region=cluster.region) from None
 
@@ -268,21 +217,6 @@ class GcpProvider:
                 names.add(op.target_link.rsplit("/", 1)[-1])
         return names
 
-    def _node_state(self, name: str, inst, cluster: Cluster, preempted: set[str]) -> NodeState:
-        if inst is None:
-            if cluster.cluster_id in self._terminated:
-                return NodeState(name, "terminated", "deleted by dlrun")
-            if name in preempted or cluster.spot:
-                return NodeState(name, "preempted", "spot VM reclaimed by GCP (instance deleted)")
-            return NodeState(name, "gone", "instance no longer exists")
-        if inst.status == "RUNNING":
-            return NodeState(name, "running")
-        if inst.status in PENDING_STATES:
-            return NodeState(name, "pending", inst.status)
-        if name in preempted:
-            return NodeState(name, "preempted", f"spot VM reclaimed by GCP ({inst.status})")
-        return NodeState(name, "terminated", inst.status)
-
     # ---------------------------------------------------------------- teardown
     def terminate(self, cluster: Cluster) -> None:
         zones = {n.zone for n in cluster.nodes if n.zone} | ({cluster.zone} if cluster.zone else set())
@@ -294,7 +228,7 @@ class GcpProvider:
             self._delete_firewalls(list(net.firewall_names(cluster.cluster_id)), strict=True)
         except Exception as e:
             raise gcp_errors.from_exception(e, region=cluster.region) from None
-        net.remove_ssh_key(cluster.cluster_id)
+        remove_cluster_key(cluster.cluster_id)
         self._terminated.add(cluster.cluster_id)
 
     def _delete_instances(self, keys: list[tuple[str, str]], strict: bool = False) -> None:
@@ -324,14 +258,6 @@ class GcpProvider:
                 if strict:
                     raise
 
-    def _cleanup(self, created: _Created) -> None:
-        """Best effort: what cannot be removed now is found later by list_owned()."""
-        self._delete_instances(created.instances)
-        self._delete_firewalls(created.firewalls)
-        if created.ssh_key:
-            net.remove_ssh_key(created.ssh_key)
-        created.instances, created.firewalls, created.ssh_key = [], [], ""
-
     # ---------------------------------------------------------------- orphans
     def list_owned(self) -> list[Cluster]:
         try:
@@ -341,7 +267,7 @@ class GcpProvider:
 
     def _list_owned(self) -> list[Cluster]:
         by_cluster: dict[str, dict] = {}
-        for region, zones in self.zones.items():
+        for region, zones in self.zone_table.items():
             for zone in zones:
                 for inst in self._c("instances").list(request=compute_v1.ListInstancesRequest(
                         project=self.project, zone=zone, filter=f"labels.{TAG_CLUSTER}:*")):
@@ -358,19 +284,9 @@ class GcpProvider:
         for cluster_id, entry in sorted(by_cluster.items()):
             instances, meta = entry["instances"], entry["meta"]
             first = instances[0] if instances else None
-            clusters.append(self._cluster(
+            clusters.append(cluster_from_instances(
                 cluster_id, meta.get(META_JOB_ID, ""), entry["region"], entry["zone"], instances,
-                key_file=str(net.key_path(cluster_id)),
-                spot=bool(first and first.scheduling.provisioning_model == "SPOT"),
+                project=self.project, spot=bool(first and first.scheduling.provisioning_model == "SPOT"),
                 price=float(meta.get(META_PRICE) or 0.0),
                 instance_type=first.machine_type.rsplit("/", 1)[-1] if first else ""))
         return clusters
-
-
-def _local_ray_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("ray")
-    except PackageNotFoundError:
-        raise ProvisionError("Ray is not installed here; the cluster must run the client's Ray "
-                             "version, so install ray first", cloud="gcp") from None

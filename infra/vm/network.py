@@ -36,9 +36,9 @@ def discover_caller_cidr(urls: tuple[str, ...] | None = None, timeout: float = C
     return None
 
 
-def resolve_ssh_cidr(*candidates: str | None, cloud: str = "", discover=discover_caller_cidr) -> str:
+def resolve_ssh_cidr(*candidates: str | None, cloud: str = "") -> str:
     """The first given CIDR, else $DLRUN_SSH_CIDR, else the discovered address; one clear error if none."""
-    cidr = next((c for c in candidates if c), None) or os.environ.get(SSH_CIDR_ENV) or discover()
+    cidr = next((c for c in candidates if c), None) or os.environ.get(SSH_CIDR_ENV) or discover_caller_cidr()
     if not cidr:
         raise ProvisionError("could not find this machine's public address for the SSH firewall rule "
                              f"(no address lookup answered); set {SSH_CIDR_ENV}, e.g. 203.0.113.7/32 "

@@ -51,6 +51,7 @@ class VmProvider:
         region = request.offer.region
         if request.num_nodes < 1:
             raise ProvisionError("a cluster needs at least one node", cloud=self.name, region=region)
+        ssh_cidr = resolve_ssh_cidr(request.ssh_cidr, self.ssh_cidr, cloud=self.name)  # before any call
         try:
             self.check_region(region)
             existing = self.find(request)
@@ -58,7 +59,6 @@ class VmProvider:
             raise self.to_provider_error(e, region=region) from None
         if existing is not None and existing.complete:
             return existing.cluster
-        ssh_cidr = resolve_ssh_cidr(request.ssh_cidr, self.ssh_cidr, cloud=self.name)
         created = Created(region=region)
         try:
             return self._launch(request, ssh_cidr, existing, created)

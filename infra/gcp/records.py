@@ -1,0 +1,48 @@
+"""Compute Engine instances -> dlrun records: a Cluster rebuilt from labelled instances, each node's state.
+
+Everything needed to rebuild a Cluster lives in labels and metadata, so a cluster found again after
+dlrun was killed (`dlrun down --orphans`) is as complete as the one launch() returned.
+"""
+from __future__ import annotations
+
+from infra.base import Cluster, Node, NodeState
+from infra.gcp import network as net
+from infra.gcp.compute import addresses_of, instance_names
+from infra.vm.keys import key_path
+
+PENDING_STATES = {"PROVISIONING", "STAGING", "REPAIRING"}
+
+
+def cluster_from_instances(cluster_id: str, job_id: str, region: str, zone: str, instances: list, *,
+                           project: str, spot: bool, price: float, instance_type: str) -> Cluster:
+    head_name = instance_names(cluster_id, 1)[0]
+    nodes = []
+    for inst in sorted(instances, key=lambda i: (i.name != head_name, i.name)):
+        private_ip, public_ip = addresses_of(inst)
+        nodes.append(Node(node_id=inst.name, private_ip=private_ip, public_ip=public_ip, zone=zone,
+                          is_head=inst.name == head_name))
+    head = nodes[0] if nodes else None
+    return Cluster(
+        cluster_id=cluster_id, provider="gcp", region=region, zone=zone, instance_type=instance_type,
+        spot=spot, price_per_hour=price, nodes=nodes, job_id=job_id,
+        head_address=f"ssh://{net.SSH_USER}@{head.public_ip or head.private_ip}" if head else "",
+        ssh_user=net.SSH_USER, ssh_key_path=str(key_path(cluster_id)),
+        extra={"project": project, "network_tag": net.cluster_tag(cluster_id),
+               "firewalls": list(net.firewall_names(cluster_id))})
+
+
+def node_state(name: str, inst, *, spot: bool, terminated_by_us: bool, preempted: set[str]) -> NodeState:
+    """running/pending; preempted (spot reclaimed by GCP); terminated (by dlrun); gone (anything else)."""
+    if inst is None:
+        if terminated_by_us:
+            return NodeState(name, "terminated", "deleted by dlrun")
+        if name in preempted or spot:
+            return NodeState(name, "preempted", "spot VM reclaimed by GCP (instance deleted)")
+        return NodeState(name, "gone", "instance no longer exists")
+    if inst.status == "RUNNING":
+        return NodeState(name, "running")
+    if inst.status in PENDING_STATES:
+        return NodeState(name, "pending", inst.status)
+    if name in preempted:
+        return NodeState(name, "preempted", f"spot VM reclaimed by GCP ({inst.status})")
+    return NodeState(name, "terminated", inst.status)
