@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from infra import BACKEND_NAMES
 from orchestrator.errors import EXIT_INTERRUPTED, DlrunError
 
 # commands living in their own modules, loaded only when used (or listed by --help)
@@ -48,7 +49,7 @@ def cli():
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @click.option("--max-cost", type=float, help="USD for the whole job (overrides budget.max_cost)")
 @click.option("--deadline", help="wall-clock limit, e.g. 4h (overrides budget.deadline)")
-@click.option("--backend", type=click.Choice(["local", "aws", "gcp"]), help="only consider this backend")
+@click.option("--backend", type=click.Choice(BACKEND_NAMES), help="only consider this backend")
 @click.option("--detach", is_flag=True, help="return the job id at once; a supervisor runs the job")
 def submit(job_file, max_cost, deadline, backend, detach):
     """Plan, provision, run and watch JOB_FILE; always tears down what it started."""

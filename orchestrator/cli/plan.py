@@ -5,6 +5,7 @@ import json
 
 import click
 
+from infra import BACKEND_NAMES
 from orchestrator.errors import NothingFitsError, UsageError
 
 DEFAULT_ROWS_NOTE = "best row per cloud × GPU config × market; --all shows every candidate"
@@ -90,7 +91,7 @@ def render_plan(plan, console=None, show_all: bool = False) -> None:
 @click.argument("job_file", type=click.Path(dir_okay=True))
 @click.option("--max-cost", type=float, default=None, help="budget in USD for the whole job")
 @click.option("--deadline", default=None, help="wall-clock limit, e.g. 4h or 90m")
-@click.option("--backend", type=click.Choice(BACKENDS), default=None, help="plan for one backend only")
+@click.option("--backend", type=click.Choice(BACKEND_NAMES), default=None, help="plan for one backend only")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="write est. hours vs est. $ for every candidate to this PNG")

@@ -76,6 +76,7 @@ def dashboard(job_id, open_browser, metrics):
     """The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head)."""
     import json as _json
 
+    from infra import capabilities
     from infra.local.head import recorded_head
     from orchestrator.state.db import default_store
 
@@ -87,14 +88,14 @@ def dashboard(job_id, open_browser, metrics):
             raise UsageError(f"no job '{job_id}'; `dlrun status` lists them")
         url = row["ray_address"]
         cluster = store.get_cluster(row["cluster_id"]) if row["cluster_id"] else None
-        if row["backend"] not in (None, "local"):
+        if row["backend"] and capabilities(row["backend"]).remote:
             if not cluster or cluster["state"] == "terminated" or not cluster["cluster_json"]:
                 raise UsageError(f"job {row['id']}'s cluster is gone; its record: `dlrun status {row['id']}`")
+            from infra import get_provider
             from infra.base import Cluster
-            from infra.vm.ssh import open_tunnel
 
-            tunnel = open_tunnel(Cluster.from_dict(_json.loads(cluster["cluster_json"])), 8265)
-            url = tunnel.local_address
+            tunnel = get_provider(row["backend"]).connect(Cluster.from_dict(_json.loads(cluster["cluster_json"])))
+            url = tunnel.address
         if url:
             url = f"{url}/#/jobs/{row['ray_submission_id']}" if row["ray_submission_id"] else url
     else:

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
 import click
 
+from orchestrator.cost import node_seconds_cost
 from orchestrator.errors import UsageError
 from orchestrator.state.db import LIVE, TERMINAL, Store, default_store
 
@@ -26,7 +26,7 @@ def accrued_cost(store: Store, row, now: float | None = None) -> float:
     if row["status"] in LIVE:
         for c in store.job_clusters(row["id"]):
             if c["state"] != "terminated":
-                spent += max(0.0, now - c["launched_at"]) * c["price_per_hour"] * (c["num_nodes"] or 1) / 3600
+                spent += node_seconds_cost(c["price_per_hour"] * (c["num_nodes"] or 1), c["launched_at"], now)
     return spent
 
 
@@ -139,15 +139,9 @@ def cancel(job_id: str) -> str:
             RayJobs(row["ray_address"]).stop(row["ray_submission_id"])
         except Exception:
             pass
-    watcher_alive = False
-    pid = row["supervisor_pid"]
-    if pid:
-        try:
-            os.kill(pid, 0)
-            watcher_alive = True
-        except OSError:
-            pass
-    if watcher_alive:
+    from orchestrator.runs.reconcile import process_alive
+
+    if row["supervisor_pid"] and process_alive(row["supervisor_pid"]):
         return f"{row['id']}: cancel requested; its supervisor stops the job and tears down the cluster"
     from orchestrator.runs.teardown import terminate_recorded
 

@@ -1,6 +1,8 @@
 """The job file: JobSpec (pydantic) and load_job(path), which turns every mistake into one SpecError line."""
 from __future__ import annotations
 
+from infra import BACKEND_NAMES
+
 import difflib
 import hashlib
 import json
@@ -14,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from infra.catalog import canonical_gpu, gpu_names
 from orchestrator.errors import SpecError
 
-CLOUDS = ("local", "aws", "gcp")
+CLOUDS = BACKEND_NAMES
+CloudName = Literal[BACKEND_NAMES]  # type: ignore[valid-type]  (the registry's names)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS = {"": 3600, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -50,7 +53,7 @@ class Resources(_Strict):
     num_nodes: int = Field(1, ge=1, le=64)
     cpus: int | None = Field(None, ge=1, description="CPUs per node for a CPU-only run (local)")
     spot: Literal["auto", "always", "never"] = "auto"
-    clouds: list[Literal["local", "aws", "gcp"]] = Field(default_factory=lambda: list(CLOUDS), min_length=1)
+    clouds: list[CloudName] = Field(default_factory=lambda: list(CLOUDS), min_length=1)
     regions: list[str] | None = None
     image: str | None = Field(None, description="override the machine image (AMI id / GCE image)")
 

@@ -19,7 +19,8 @@ from orchestrator.runs.entrypoint import entrypoint, num_workers, runtime_env
 from orchestrator.planning.spec import JobSpec
 from orchestrator.paths import job_log_path
 from orchestrator.state.db import Store, new_id
-from orchestrator.runs.watch import CostMeter, Outcome, Watcher
+from orchestrator.cost import CostMeter, node_seconds_cost
+from orchestrator.runs.watch import Outcome, Watcher
 
 # outcomes after which the Ray job may still be running and must be stopped before teardown
 UNFINISHED = ("PREEMPTED", "BUDGET_EXCEEDED", "INTERRUPTED")
@@ -198,7 +199,7 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
 def _record_teardown(ctx: AttemptContext, cluster_id: str, cloud: str, previous: float, started: float,
                      price_all: float, stop_at: float | None = None) -> None:
     stop_at = ctx.clock() if stop_at is None else stop_at
-    spent = previous + max(0.0, stop_at - started) * price_all / 3600.0
+    spent = previous + node_seconds_cost(price_all, started, stop_at)
     ctx.store.update_job(ctx.job_id, actual_cost=spent)
     ctx.store.record_cluster(cluster_id, provider=cloud, job_id=ctx.job_id, state="terminated",
                              terminated_at=time.time())

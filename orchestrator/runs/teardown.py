@@ -1,13 +1,15 @@
 """`dlrun down`: stop the local head dlrun started, a recorded cluster, or orphaned cloud resources."""
 from __future__ import annotations
 
+from infra import CLOUD_NAMES, capabilities
+
 import json
 import time
 
 from orchestrator.errors import UsageError
 from orchestrator.state.db import LIVE, Store, default_store
 
-CLOUDS = ("aws", "gcp")
+CLOUDS = CLOUD_NAMES
 
 
 def terminate_recorded(store: Store, row) -> str:
@@ -15,7 +17,7 @@ def terminate_recorded(store: Store, row) -> str:
     from infra import get_provider
     from infra.base import Cluster
 
-    if row["provider"] != "local" and row["cluster_json"]:
+    if capabilities(row["provider"]).remote and row["cluster_json"]:
         get_provider(row["provider"]).terminate(Cluster.from_dict(json.loads(row["cluster_json"])))
     store.record_cluster(row["id"], provider=row["provider"], job_id=row["job_id"], state="terminated",
                          terminated_at=time.time())
@@ -37,7 +39,7 @@ def down(cluster_id: str | None = None, orphans: bool = False) -> list[str]:
         out.append(f"stopped the local Ray head dlrun started (process group {head.pgid})")
     for row in store.clusters(live_only=True):
         job = store.get_job(row["job_id"]) if row["job_id"] else None
-        if row["provider"] != "local" and (job is None or job["status"] not in LIVE):
+        if capabilities(row["provider"]).remote and (job is None or job["status"] not in LIVE):
             out.append(terminate_recorded(store, row))
     if orphans:
         out += remove_orphans(store)

@@ -1,16 +1,13 @@
 """The watch loop of one attempt: Ray job status, log tail and metrics, node state, accrued cost."""
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from jobs.metrics import parse_line as parse_metric_line
 from orchestrator.cli.render.display import JobView
-
-METRIC_PREFIX = "DLRUN_METRIC "
-RESULT_PREFIX = "DLRUN_RESULT "
-
+from orchestrator.cost import CostMeter
 
 @dataclass
 class Outcome:
@@ -18,29 +15,6 @@ class Outcome:
     detail: str = ""
     result: dict = field(default_factory=dict)
     run_seconds: float | None = None
-
-
-def parse_metric_line(line: str) -> tuple[str, dict] | None:
-    for prefix, kind in ((METRIC_PREFIX, "metric"), (RESULT_PREFIX, "result")):
-        at = line.find(prefix)
-        if at >= 0:
-            try:
-                return kind, json.loads(line[at + len(prefix):])
-            except ValueError:
-                return None
-    return None
-
-
-class CostMeter:
-    """Accrued cost = node-seconds × the price stored at launch, summed over the job's attempts."""
-
-    def __init__(self, previous: float, price_per_hour_all_nodes: float, start: float):
-        self.previous = previous
-        self.rate = price_per_hour_all_nodes / 3600.0
-        self.start = start
-
-    def accrued(self, now: float) -> float:
-        return self.previous + max(0.0, now - self.start) * self.rate
 
 
 @dataclass

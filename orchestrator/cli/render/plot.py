@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infra import BACKEND_NAMES
+
 COLORS = {"local": "#2ca02c", "aws": "#ff7f0e", "gcp": "#1f77b4"}
 # the local backend costs $0: put it on the log axis just below the cheapest paid candidate
 ZERO_COST_FLOOR = 0.5
@@ -36,7 +38,7 @@ def plot_plan(plan, path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
     if excluded:
         ax.scatter(*zip(*map(xy, excluded)), marker="x", s=18, color="#bbbbbb", label="excluded (spec / memory)")
-    for cloud in ("local", "aws", "gcp"):
+    for cloud in BACKEND_NAMES:
         for spot, marker in ((False, "o"), (True, "^")):
             pts = [xy(c) for c in cands if c.offer.cloud == cloud and c.spot == spot]
             if pts:
