@@ -7,7 +7,8 @@ from __future__ import annotations
 from torch import nn
 
 from jobs.data import digit_images
-from jobs.train import Job, run_job
+from jobs.run import run_job
+from jobs.train import Job
 
 
 class SimpleCNN(nn.Module):

@@ -10,7 +10,8 @@ from functools import partial
 from torch import nn
 
 from jobs.data import digit_images
-from jobs.train import Job, run_job
+from jobs.run import run_job
+from jobs.train import Job
 
 
 class BasicBlock(nn.Module):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from torch import nn
 
 from jobs.checkpoint import CHECKPOINT_ENV, CheckpointError, open_checkpoints
 from jobs.data import Split
-from jobs.metrics import report, report_event, report_result
+from jobs.metrics import report, report_event
 
 EVAL_BATCH = 512
 
@@ -298,20 +297,3 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: Prec
         loss_sum += nn.functional.cross_entropy(logits.float(), target, reduction="sum").item()
         correct += (logits.argmax(1) == target).sum().item()
     return loss_sum / len(x), correct / len(x)
-
-
-def run_job(job: Job, argv: list[str] | None = None) -> dict:
-    """The `python -m jobs.<name>` entry point: train, print DLRUN_RESULT, return the result."""
-    cfg = parse_args(job, argv)
-    try:
-        if cfg.num_workers > 1:
-            from jobs.ray_train import train_with_ray
-
-            result = train_with_ray(job, cfg)
-        else:
-            result = train(job, cfg)
-    except (CheckpointError, JobConfigError) as e:
-        print(f"{job.name}: error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(2)
-    report_result(**result)
-    return result

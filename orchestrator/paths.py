@@ -28,3 +28,10 @@ def supervisor_log_path(job_id: str) -> Path:
 
 def node_poll_s(default: float = 5.0) -> float:
     return float(os.environ.get(NODE_POLL_ENV, default))
+
+
+def profiles_dir() -> Path:
+    """Cached workload profiles and the CPU probe."""
+    p = dlrun_home() / "profiles"
+    p.mkdir(parents=True, exist_ok=True)
+    return p

@@ -5,6 +5,7 @@ import pytest
 import torch.nn as nn
 
 from orchestrator.planning import profile
+from orchestrator.planning.probe import cpu_probe
 from orchestrator.planning.spec import Workload
 
 IN, HIDDEN, OUT = 32, 64, 10
@@ -89,9 +90,9 @@ def test_a_huge_model_is_profiled_on_meta_without_timing_it_here():
 
 
 def test_cpu_probe_is_measured_once(dlrun_home):
-    first = profile.cpu_probe()
+    first = cpu_probe()
     assert first["matmul_gflops"] > 1 and first["copy_gbps"] > 0.1
-    assert profile.cpu_probe() == first
+    assert cpu_probe() == first
     assert (dlrun_home / "profiles" / "cpu_probe.json").exists()
 
 

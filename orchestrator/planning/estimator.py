@@ -125,7 +125,7 @@ def _offer_step(profile, offer: Offer, num_nodes: int) -> tuple[float, str]:
         if "cpu" in measured:
             result = (measured["cpu"], "measured")
         else:
-            from orchestrator.planning.profile import cpu_probe
+            from orchestrator.planning.probe import cpu_probe
 
             result = (cpu_roofline_step_seconds(profile, cpu_probe()), "roofline")
     elif here and "cuda" in measured:

@@ -96,7 +96,7 @@ def reference_profile(accelerator: str, hours: float, count: int = 1, note: str 
 
     steps = 1000
     if accelerator.lower() == "cpu":
-        from orchestrator.planning.profile import cpu_probe
+        from orchestrator.planning.probe import cpu_probe
 
         probe = cpu_probe()
         flops_s, bytes_s, n, overhead = probe["matmul_gflops"] * 1e9 * CPU_COMPUTE_EFFICIENCY, \

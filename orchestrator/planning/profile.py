@@ -11,13 +11,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import os
-import platform
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
-from orchestrator.state.db import dlrun_home
+from orchestrator.paths import profiles_dir
 
 PROFILE_VERSION = 3
 # the local measurement is skipped (the roofline is used instead) when the CPU roofline predicts a
@@ -97,12 +94,6 @@ class WorkloadProfile:
         return cls(**d)
 
 
-def profiles_dir() -> Path:
-    p = dlrun_home() / "profiles"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
 def workload_hash(workload) -> str:
     blob = json.dumps({"v": PROFILE_VERSION, "w": workload.model_dump(mode="json")}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -121,6 +112,7 @@ def measure(workload, *, measure_local: bool = True, refresh: bool = False) -> W
     prof = _static_profile(workload)
     if measure_local:
         from orchestrator.planning.estimator import cpu_roofline_step_seconds
+        from orchestrator.planning.probe import cpu_probe
 
         small = prof.state_bytes + prof.activation_bytes <= MAX_LOCAL_MEASURE_BYTES
         if small and cpu_roofline_step_seconds(prof, cpu_probe()) <= MAX_LOCAL_STEP_SECONDS:
@@ -346,37 +338,3 @@ def measure_local_step_robust(workload, device: str = "cpu", rounds: int = 2) ->
         return min(measure_local_step(workload, device, quantile=0.2) for _ in range(rounds))
     finally:
         torch.set_num_threads(before)
-
-
-def cpu_probe(*, refresh: bool = False) -> dict:
-    """This machine's fp32 matmul GFLOP/s and copy bandwidth (GB/s), cached per machine and threads."""
-    key = f"{platform.node()}-{os.cpu_count()}-{os.environ.get('OMP_NUM_THREADS', '')}"
-    path = profiles_dir() / "cpu_probe.json"
-    if path.exists() and not refresh:
-        try:
-            data = json.loads(path.read_text())
-            if data.get("key") == key:
-                return data
-        except ValueError:
-            pass
-    import torch
-
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    a @ b
-    reps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < 0.3:
-        a @ b
-        reps += 1
-    gflops = 2 * 1024**3 * reps / (time.perf_counter() - t0) / 1e9
-    src = torch.randn(8 * 1024 * 1024)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    reps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < 0.2:
-        dst.copy_(src)
-        reps += 1
-    gbps = 2 * src.numel() * 4 * reps / (time.perf_counter() - t0) / 1e9
-    data = {"key": key, "matmul_gflops": round(gflops, 1), "copy_gbps": round(gbps, 1),
-            "threads": torch.get_num_threads(), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
-    path.write_text(json.dumps(data))
-    return data
