@@ -5,12 +5,13 @@ Kept import-light: no ray/torch/boto3/google import happens until a command need
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
 
 from infra import BACKEND_NAMES
-from orchestrator.errors import EXIT_INTERRUPTED, DlrunError
+from orchestrator.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, DlrunError
 
 # commands living in their own modules, loaded only when used (or listed by --help)
 LAZY_COMMANDS = {
@@ -174,6 +175,26 @@ def main(argv=None) -> None:
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except Exception as e:  # a bug of dlrun's: one line here, the traceback in a file
+        click.echo(f"dlrun: internal error: {type(e).__name__}: {e} (full traceback: {crash_report(e)})", err=True)
+        sys.exit(EXIT_JOB_FAILED)
+
+
+def crash_report(e: BaseException) -> str:
+    """Write the traceback of an unexpected exception under $DLRUN_HOME/crashes/; return the path."""
+    import time
+    import traceback
+
+    from orchestrator.paths import dlrun_home
+
+    try:
+        d = dlrun_home() / "crashes"
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+        path.write_text("".join(traceback.format_exception(type(e), e, e.__traceback__)))
+        return str(path)
+    except OSError:
+        return "could not be written"
 
 
 if __name__ == "__main__":

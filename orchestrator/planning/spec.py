@@ -299,11 +299,26 @@ def parse_job(text: str, where: str = "<job>") -> JobSpec:
         raise SpecError(f"{where}: {e}; fix the job file") from None
 
 
+def shipped_example(p: Path) -> Path | None:
+    """configs/examples/NAME.yaml (or NAME.yaml) from the installed package, when not in the cwd."""
+    from configs import EXAMPLES_DIR
+
+    if p.is_absolute() or (len(p.parts) > 1 and p.parts[:-1] != ("configs", "examples")):
+        return None
+    shipped = EXAMPLES_DIR / p.name
+    return shipped if shipped.is_file() else None
+
+
 def load_job(path: str | Path, *, max_cost: float | None = None, deadline: str | None = None) -> JobSpec:
     """Read and validate a job file; CLI overrides (--max-cost, --deadline) win over the file."""
     p = Path(path)
     if not p.exists():
-        raise SpecError(f"{p}: no such job file; check the path (examples are in configs/examples/)")
+        p = shipped_example(p) or p
+    if not p.exists():
+        from configs import EXAMPLES_DIR
+
+        names = ", ".join(sorted(e.name for e in EXAMPLES_DIR.glob("*.yaml")))
+        raise SpecError(f"{path}: no such job file; check the path (shipped examples: {names})")
     if p.is_dir():
         raise SpecError(f"{p}: is a directory; give the job's YAML file")
     try:
