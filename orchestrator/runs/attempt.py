@@ -37,6 +37,7 @@ class AttemptContext:
     poll_s: float = 0.5
     node_poll_s: float = 5.0
     clock: Callable[[], float] = time.time
+    jobs_client: Callable[[str], object] | None = None  # address -> Jobs API client (default: RayJobs)
 
 
 def runs_on_this_machine(cloud: str) -> bool:
@@ -157,8 +158,6 @@ def reattach(ctx: AttemptContext, get_provider) -> Outcome | None:
 def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, previous: float,
                     price_all: float, submission: dict | None, submission_id: str | None = None) -> Outcome:
     """Submit (unless re-attaching), watch until the job ends, then stop what is left and tear down."""
-    from orchestrator.runs.ray_jobs import RayJobs
-
     store, job_id = ctx.store, ctx.job_id
     connection = jobs = None
     outcome = Outcome("INTERRUPTED", "dlrun stopped while the job ran")
@@ -167,7 +166,7 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
         ctx.display.update(ctx.view)
         connection = provider.connect(cluster)
         address = connection.address
-        jobs = RayJobs(address)
+        jobs = (ctx.jobs_client or _ray_jobs)(address)
         if submission is not None:
             submission_id = submission["submission_id"]
             jobs.submit(**submission)
@@ -210,6 +209,12 @@ def provider_cleanup(provider, cluster_id: str) -> None:
     for owned in provider.list_owned():
         if owned.cluster_id == cluster_id:
             provider.terminate(owned)
+
+
+def _ray_jobs(address: str):
+    from orchestrator.runs.ray_jobs import RayJobs
+
+    return RayJobs(address)
 
 
 def _on_event(store: Store, job_id: str, kind: str, detail: dict) -> None:

@@ -100,9 +100,14 @@ def _block_key(offer, scope: str, cloud_error_region: str = "") -> str:
 
 
 def execute(job_id: str, *, store: Store | None = None, display=None, first_plan=None, poll_s: float = 0.5,
-            node_poll_s: float | None = None, clock=time.time, resume: bool = False) -> SubmitResult:
-    """Run job_id to its end. resume=True first re-attaches to the attempt a dead supervisor left."""
-    from infra import get_provider
+            node_poll_s: float | None = None, clock=time.time, resume: bool = False,
+            get_provider=None, jobs_client=None) -> SubmitResult:
+    """Run job_id to its end. resume=True first re-attaches to the attempt a dead supervisor left.
+
+    get_provider (name -> backend) and jobs_client (address -> Jobs API client) default to the real ones.
+    """
+    if get_provider is None:
+        from infra import get_provider
     from infra.base import ProviderError
     from orchestrator.planning.planner import spot_block_key
 
@@ -116,7 +121,7 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
     ctx = AttemptContext(job_id=job_id, spec=spec, store=store, display=display, view=view,
                          checkpoint=checkpoint_location(spec, key), poll_s=poll_s,
                          node_poll_s=node_poll_s or float(os.environ.get("DLRUN_NODE_POLL_S", 5.0)),
-                         clock=clock)
+                         clock=clock, jobs_client=jobs_client)
     blocked: set[str] = set()
     tried: list[str] = []
     only_credentials = True
