@@ -1,4 +1,10 @@
-"""infra/bootstrap.py: the start-up script, run for real by bash against stub python3/ray commands."""
+"""infra/vm/bootstrap.py: the start-up script, run for real by bash — as cloud-init runs it (no HOME,
+`env -i` with only a PATH, cwd /) — against a stub `python3` that records its calls.
+
+The stub stands in for the image's interpreter: `python3 -m venv DIR` makes DIR/bin/python (the same
+stub), `python -m pip ...` succeeds unless told to fail, `python -m ray.scripts.scripts start ...`
+fails as often as a test says (a worker joining before the head is up).
+"""
 from __future__ import annotations
 
 import shlex
@@ -9,34 +15,42 @@ import pytest
 from infra.base import BootstrapConfig
 from infra.vm.bootstrap import startup_script
 
-STUB = """#!/bin/bash
-echo "$(basename "$0") $*" >> "$STUB_LOG"
-if [ "$(basename "$0")" = ray ] && [ -n "${RAY_FAILS_LEFT_FILE:-}" ]; then
-  left=$(cat "$RAY_FAILS_LEFT_FILE")
-  if [ "$left" -gt 0 ]; then echo $((left - 1)) > "$RAY_FAILS_LEFT_FILE"; exit 1; fi
+STUB = r"""#!/bin/bash
+echo "python $*" >> "$STUB_LOG"
+if [ "$1 $2" = "-m venv" ]; then
+  mkdir -p "$4/bin" && cp "$0" "$4/bin/python"; exit 0
+fi
+if [ "$1 $2" = "-m pip" ] && [ -e "$STUB_DIR/pip_fails" ]; then echo "ERROR: No matching distribution"; exit 1; fi
+if [ "$1 $2 $3" = "-m ray.scripts.scripts start" ] && [ -e "$STUB_DIR/fails" ]; then
+  left=$(cat "$STUB_DIR/fails")
+  if [ "$left" -gt 0 ]; then echo $((left - 1)) > "$STUB_DIR/fails"; exit 1; fi
 fi
 """
 
 
 @pytest.fixture
 def node(tmp_path):
-    """Run a start-up script with stub `python3` and `ray` on PATH; returns (returncode, log lines)."""
+    """Run a start-up script under `env -i`; returns (returncode, calls, node dir, output)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("python3", "ray", "sleep"):
-        (bin_dir / name).write_text(STUB)
+    for name in ("python3", "sleep"):
+        (bin_dir / name).write_text(STUB.replace("$STUB_LOG", str(tmp_path / "calls.log"))
+                                    .replace("$STUB_DIR", str(tmp_path)))
         (bin_dir / name).chmod(0o755)
-    log = tmp_path / "calls.log"
 
-    def run(script: str, ray_failures: int = 0):
-        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(tmp_path),
-               "DLRUN_NODE_DIR": str(tmp_path / "node")}
+    def run(script: str, ray_failures: int = 0, pip_fails: bool = False):
         if ray_failures:
             (tmp_path / "fails").write_text(str(ray_failures))
-            env["RAY_FAILS_LEFT_FILE"] = str(tmp_path / "fails")
-        proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+        if pip_fails:
+            (tmp_path / "pip_fails").touch()
+        script = script.replace('"${DLRUN_NODE_DIR:-/var/lib/dlrun}"', shlex.quote(str(tmp_path / "node")))
+        path = tmp_path / "boot.sh"
+        path.write_text(script)
+        proc = subprocess.run(["env", "-i", f"PATH={bin_dir}:/usr/bin:/bin", "bash", str(path)], cwd="/",
+                              capture_output=True, text=True, timeout=30)
+        log = tmp_path / "calls.log"
         calls = log.read_text().splitlines() if log.exists() else []
-        return proc.returncode, calls, tmp_path / "node"
+        return proc.returncode, calls, tmp_path / "node", proc.stdout + proc.stderr
 
     return run
 
@@ -44,38 +58,49 @@ def node(tmp_path):
 CFG = BootstrapConfig(ray_version="2.60.0", python_packages=["einops==0.8.0"])
 
 
-def test_head_installs_the_pinned_ray_and_starts_the_head(node):
-    rc, calls, node_dir = node(startup_script(CFG, is_head=True, cluster_id="c-1"))
-    assert rc == 0
-    pip = next(c for c in calls if c.startswith("python3 -m pip install ray"))
+def test_head_installs_the_pinned_ray_into_a_venv_and_starts_the_head(node):
+    rc, calls, node_dir, out = node(startup_script(CFG, is_head=True, cluster_id="c-1"))
+    assert rc == 0, out
+    assert calls[0] == f"python -m venv --system-site-packages {node_dir}/venv"
+    pip = next(c for c in calls if c.startswith("python -m pip install"))
     assert shlex.split(pip)[4:] == ["ray[default,train]==2.60.0", "torch", "scikit-learn", "numpy", "einops==0.8.0"]
-    (start,) = [c for c in calls if c.startswith("ray ")]
-    assert start.startswith("ray start --head --port=6379 --dashboard-host=127.0.0.1 --dashboard-port=8265")
+    (start,) = [c for c in calls if "ray.scripts.scripts" in c]
+    assert "start --head" in start and "--port=6379 --dashboard-host=127.0.0.1 --dashboard-port=8265" in start
     assert (node_dir / "cluster").read_text() == "c-1\n" and (node_dir / "ready").exists()
+    assert "dlrun boot done" in (node_dir / "boot.log").read_text()
+    assert "PIP_BREAK_SYSTEM_PACKAGES" not in startup_script(CFG, is_head=True)
 
 
 def test_worker_keeps_trying_to_join_until_the_head_is_up(node):
-    rc, calls, node_dir = node(startup_script(CFG, is_head=False, head_ip="10.0.0.5"), ray_failures=3)
-    starts = [c for c in calls if c.startswith("ray ")]
-    assert rc == 0 and len(starts) == 4
-    assert set(starts) == {"ray start --address=10.0.0.5:6379 --disable-usage-stats"}
+    rc, calls, node_dir, out = node(startup_script(CFG, is_head=False, head_ip="10.0.0.5"), ray_failures=3)
+    starts = [c for c in calls if "ray.scripts.scripts start" in c]
+    assert rc == 0 and len(starts) == 4, out
+    assert all("--address=10.0.0.5:6379" in s for s in starts)
     assert (node_dir / "ready").exists()
 
 
 def test_worker_gives_up_when_the_head_never_answers(node, monkeypatch):
     monkeypatch.setattr("infra.vm.bootstrap.JOIN_ATTEMPTS", 3)
-    rc, calls, node_dir = node(startup_script(CFG, is_head=False, head_ip="10.0.0.5"), ray_failures=99)
-    assert rc != 0 and len([c for c in calls if c.startswith("ray ")]) == 3
+    rc, calls, node_dir, _ = node(startup_script(CFG, is_head=False, head_ip="10.0.0.5"), ray_failures=99)
+    assert rc != 0 and len([c for c in calls if "ray.scripts.scripts start" in c]) == 3
     assert not (node_dir / "ready").exists()
+    assert "could not join the head at 10.0.0.5" in (node_dir / "failed").read_text()
+
+
+def test_a_failed_install_is_reported_in_the_failed_marker_and_the_log(node):
+    rc, _, node_dir, _ = node(startup_script(CFG, is_head=True), pip_fails=True)
+    assert rc != 0 and not (node_dir / "ready").exists()
+    assert "pip could not install" in (node_dir / "failed").read_text()
+    assert "No matching distribution" in (node_dir / "boot.log").read_text()
 
 
 def test_hostile_values_stay_single_arguments_and_run_nothing(node, tmp_path):
     marker = tmp_path / "pwned"
     nasty = f"torch; touch {marker} #'\"$(touch {marker})`touch {marker}`"
     cfg = BootstrapConfig(ray_version="2.60.0", python_packages=[nasty])
-    rc, calls, node_dir = node(startup_script(cfg, is_head=True, cluster_id=f"x'; touch {marker}; '"))
-    assert rc == 0 and not marker.exists()
-    pip = next(c for c in calls if c.startswith("python3 -m pip install ray"))
+    rc, calls, node_dir, out = node(startup_script(cfg, is_head=True, cluster_id=f"x'; touch {marker}; '"))
+    assert rc == 0 and not marker.exists(), out
+    pip = next(c for c in calls if c.startswith("python -m pip install"))
     assert pip.endswith(nasty)
     assert (node_dir / "cluster").read_text() == f"x'; touch {marker}; '\n"
 

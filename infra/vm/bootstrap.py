@@ -1,5 +1,8 @@
-"""The node start-up script: install the client's exact Ray (and the job's packages), then `ray start`.
+"""The node start-up script: a venv with the client's exact Ray (and the job's packages), then `ray start`.
 
+It runs as cloud-init / GCE's startup-script runner run it: root, no HOME, almost empty environment,
+cwd /. Everything it prints goes to $NODE_DIR/boot.log (readable over SSH) as well as to the console.
+It ends by writing $NODE_DIR/ready, or $NODE_DIR/failed with the reason: dlrun waits for one of them.
 Every value that came from a user or the catalog is shell-quoted; no secret is ever put here
 (the script lands in instance metadata / user-data, readable by anyone with describe rights).
 """
@@ -9,41 +12,56 @@ import shlex
 
 from infra.base import BootstrapConfig
 
+NODE_DIR = "/var/lib/dlrun"
 BASE_PACKAGES = ("torch", "scikit-learn", "numpy")
 # a worker usually boots before the head has finished installing Ray: keep trying to join
 JOIN_ATTEMPTS = 90
 JOIN_RETRY_S = 10
 
+_PROLOGUE = r'''#!/bin/bash
+# written by dlrun: installs Ray into a venv and starts this node
+set -uo pipefail
+export HOME="${HOME:-/root}" RAY_USAGE_STATS_ENABLED=0 PIP_DISABLE_PIP_VERSION_CHECK=1
+NODE_DIR="${DLRUN_NODE_DIR:-%(node_dir)s}"
+mkdir -p "$NODE_DIR" && chmod 755 "$NODE_DIR"
+rm -f "$NODE_DIR/ready" "$NODE_DIR/failed"
+exec > >(tee -a "$NODE_DIR/boot.log") 2>&1
+fail() { echo "dlrun boot failed: $1"; echo "$1" > "$NODE_DIR/failed"; exit 1; }
+trap 'fail "line $LINENO: \`$BASH_COMMAND\` exited with $?"' ERR
+set -eE
+'''
+
 
 def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None = None,
-                   cluster_id: str = "") -> str:
+                   cluster_id: str = "", node_dir: str = NODE_DIR) -> str:
     """A bash script for cloud-init (AWS user-data) or GCE `startup-script` metadata."""
     if not is_head and not head_ip:
         raise ValueError("a worker node needs the head's private IP")
     packages = [f"ray[default,train]=={cfg.ray_version}", *BASE_PACKAGES, *cfg.python_packages]
     pip = " ".join(shlex.quote(p) for p in packages)
+    ray = '"$VENV/bin/python" -m ray.scripts.scripts'  # the console script is absent when Ray came with the image
     if is_head:
         # dashboard and Jobs API on loopback only: dlrun reaches them through an SSH tunnel
-        start = (f"ray start --head --port={int(cfg.ray_port)} --dashboard-host=127.0.0.1 "
-                 f"--dashboard-port={int(cfg.dashboard_port)} --disable-usage-stats")
+        start = (f'{ray} start --head --node-ip-address="$NODE_IP" --port={int(cfg.ray_port)} '
+                 f"--dashboard-host=127.0.0.1 --dashboard-port={int(cfg.dashboard_port)} --disable-usage-stats")
     else:
         address = shlex.quote(f"{head_ip}:{int(cfg.ray_port)}")
         start = (f"for attempt in $(seq 1 {JOIN_ATTEMPTS}); do "
-                 f"ray start --address={address} --disable-usage-stats && break; "
-                 f"[ \"$attempt\" = {JOIN_ATTEMPTS} ] && exit 1; sleep {JOIN_RETRY_S}; done")
+                 f'{ray} start --address={address} --node-ip-address="$NODE_IP" --disable-usage-stats && break; '
+                 f'[ "$attempt" = {JOIN_ATTEMPTS} ] && fail {shlex.quote(f"could not join the head at {head_ip}")}; '
+                 f"sleep {JOIN_RETRY_S}; done")
     return "\n".join([
-        "#!/bin/bash",
-        "# written by dlrun: installs Ray and starts this node",
-        "set -euxo pipefail",
-        "export RAY_USAGE_STATS_ENABLED=0 PIP_BREAK_SYSTEM_PACKAGES=1",
-        'DLRUN_NODE_DIR="${DLRUN_NODE_DIR:-/var/lib/dlrun}"',
-        'mkdir -p "$DLRUN_NODE_DIR"',
-        f'echo {shlex.quote(cluster_id)} > "$DLRUN_NODE_DIR/cluster"',
-        "PY=$(command -v python3)",
-        'export PATH="$(dirname "$PY"):$HOME/.local/bin:$PATH"',
-        "$PY -m pip install --upgrade pip || true",
-        f"$PY -m pip install {pip}",
+        _PROLOGUE % {"node_dir": node_dir},
+        f'echo {shlex.quote(cluster_id)} > "$NODE_DIR/cluster"',
+        'PY=$(command -v python3) || fail "this image has no python3"',
+        'VENV="$NODE_DIR/venv"',
+        # system site-packages: what the image already has (a deep-learning image's torch) is reused
+        '[ -x "$VENV/bin/python" ] || "$PY" -m venv --system-site-packages "$VENV"',
+        f'"$VENV/bin/python" -m pip install {pip} || fail {shlex.quote("pip could not install " + " ".join(packages))}',
+        "NODE_IP=$(hostname -I 2>/dev/null | awk '{print $1}')",
+        '[ -n "$NODE_IP" ] || NODE_IP=$(ip -4 -o addr show scope global | awk \'{print $4}\' | cut -d/ -f1 | head -n1)',
         start,
-        'touch "$DLRUN_NODE_DIR/ready"',
+        'touch "$NODE_DIR/ready"',
+        'echo "dlrun boot done"',
         "",
     ])
