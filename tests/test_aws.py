@@ -134,11 +134,11 @@ def check_launched_cluster(ec2, cluster, request):
     head = cluster.head
     assert head is cluster.nodes[0] and tags(by_id[head.node_id])["dlrun-role"] == "head"
     head_script = user_data(ec2, head.node_id)
-    assert "ray[default,train]==2.60.0" in head_script and "ray start --head" in head_script
+    assert "ray[default,train]==2.60.0" in head_script and "start --head" in head_script
     assert "--dashboard-host=127.0.0.1" in head_script
     for node in cluster.nodes[1:]:
         script = user_data(ec2, node.node_id)
-        assert f"ray start --address={head.private_ip}:6379" in script and "--head" not in script
+        assert f"start --address={head.private_ip}:6379" in script and "--head" not in script
     for node in cluster.nodes:
         script = user_data(ec2, node.node_id)
         assert SECRET not in script and "testing" not in script and "einops==0.8.0" in script
@@ -394,7 +394,7 @@ if os.environ.get("FAKE_SSH_FAIL"):
     sys.stderr.write("Warning: something\\nuser@host: Permission denied (publickey).\\n")
     sys.exit(255)
 local = args[args.index("-L") + 1].split(":")
-srv = socket.socket(); srv.bind((local[0], int(local[1]))); srv.listen()
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\nsrv.bind((local[0], int(local[1]))); srv.listen()
 time.sleep(60)
 """
 
@@ -408,7 +408,6 @@ def fake_ssh(tmp_path, monkeypatch):
     (bin_dir / "ssh").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SSH_LOG", str(tmp_path / "ssh-args.json"))
-    monkeypatch.delenv("DLRUN_TEST_HEAD_ADDRESS", raising=False)
     return tmp_path / "ssh-args.json"
 
 
@@ -422,17 +421,41 @@ def cloud_cluster() -> Cluster:
 def test_tunnel_runs_ssh_with_a_local_only_forward(fake_ssh):
     import json
     import socket
-    from infra.vm.ssh import open_tunnel
+    from infra.vm.ssh import known_hosts_path, open_tunnel
     with open_tunnel(cloud_cluster(), remote_port=8265, timeout_s=20) as tunnel:
-        port = int(tunnel.local_address.rsplit(":", 1)[1])
+        port = tunnel.local_port
         assert tunnel.local_address == f"http://127.0.0.1:{port}"
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
         args = json.loads(fake_ssh.read_text())
-        process = tunnel.process
+        process = tunnel._proc
     assert process.poll() is not None  # closed with the context
-    assert args[:3] == ["-N", "-L", f"127.0.0.1:{port}:127.0.0.1:8265"]
+    assert "-N" in args and args[args.index("-L") + 1] == f"127.0.0.1:{port}:127.0.0.1:8265"
     assert "StrictHostKeyChecking=accept-new" in args and "ExitOnForwardFailure=yes" in args
+    assert f"UserKnownHostsFile={known_hosts_path('t1')}" in args  # one known_hosts per cluster
     assert args[args.index("-i") + 1] == "/keys/t1.pem" and args[-1] == "ubuntu@54.1.2.3"
+
+
+def test_tunnel_honours_the_users_ssh_config(fake_ssh, monkeypatch, tmp_path):
+    import json
+    from infra.vm.ssh import open_tunnel
+    monkeypatch.setenv("DLRUN_SSH_CONFIG", str(tmp_path / "ssh_config"))
+    with open_tunnel(cloud_cluster(), timeout_s=20):
+        args = json.loads(fake_ssh.read_text())
+    assert args[args.index("-F") + 1] == str(tmp_path / "ssh_config")
+
+
+def test_a_dropped_tunnel_is_reopened_on_the_same_port(fake_ssh):
+    import socket
+    import time
+    from infra.vm.ssh import Tunnel
+    with Tunnel(cloud_cluster(), 8265, check_s=0.1).open(timeout_s=20) as tunnel:
+        first = tunnel._proc
+        first.kill()  # the connection drops (laptop sleep, Wi-Fi)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (tunnel._proc is first or not tunnel._accepts()):
+            time.sleep(0.1)
+        assert tunnel.reopened >= 1 and tunnel._proc is not first
+        socket.create_connection(("127.0.0.1", tunnel.local_port), timeout=2).close()
 
 
 def test_tunnel_failure_says_why(fake_ssh, monkeypatch):
@@ -440,28 +463,3 @@ def test_tunnel_failure_says_why(fake_ssh, monkeypatch):
     monkeypatch.setenv("FAKE_SSH_FAIL", "1")
     with pytest.raises(ProvisionError, match="Permission denied"):
         open_tunnel(cloud_cluster(), timeout_s=20)
-
-
-def test_tunnel_test_hook_maps_the_head_to_a_local_address(fake_ssh, monkeypatch):
-    from infra.vm.ssh import open_tunnel
-    monkeypatch.setenv("DLRUN_TEST_HEAD_ADDRESS", "http://127.0.0.1:8265/")
-    with open_tunnel(cloud_cluster()) as tunnel:
-        assert tunnel.local_address == "http://127.0.0.1:8265" and tunnel.process is None
-    assert not fake_ssh.exists()  # ssh never ran
-
-
-def test_users_own_key_is_used_and_kept(session, monkeypatch):
-    ec2 = session.client("ec2")
-    ec2.create_key_pair(KeyName="alice-laptop")
-    monkeypatch.setenv("DLRUN_SSH_CIDR", "198.51.100.9/32")
-    provider = AwsProvider(region=REGION, session=session, poll_interval_s=0.01, regions=[REGION],
-                           key_name="alice-laptop", key_path="/home/alice/.ssh/laptop.pem")
-    cluster = provider.launch(make_request("ownkey", nodes=2))
-    assert {i["KeyName"] for i in live_instances(ec2, "ownkey")} == {"alice-laptop"}
-    assert cluster.ssh_key_path == "/home/alice/.ssh/laptop.pem" and cluster.extra["own_key"]
-    assert not key_path("ownkey").exists()
-    (group,) = ec2.describe_security_groups(GroupNames=["dlrun-ownkey"])["SecurityGroups"]
-    assert [r["CidrIp"] for p in group["IpPermissions"] for r in p.get("IpRanges", [])] == ["198.51.100.9/32"]
-    provider.terminate(cluster)
-    assert_nothing_left(ec2, "ownkey")
-    assert [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]] == ["alice-laptop"]

@@ -76,7 +76,7 @@ def test_on_demand_single_node(gce, provider):
     assert inst["tags"]["items"] == ["dlrun-c-1"]
     assert "deeplearning-platform-release" in inst["disks"][0]["initializeParams"]["sourceImage"]
     script = metadata(inst)["startup-script"]
-    assert "ray start --head" in script and "ray[default,train]==2.60.0" in script
+    assert "start --head" in script and "ray[default,train]==2.60.0" in script
     assert metadata(inst)["ssh-keys"].startswith("dlrun:ssh-ed25519 ")
     assert cluster.price_per_hour == offer().price_per_hour
     assert (cluster.zone, cluster.spot, len(cluster.nodes)) == ("us-central1-a", False, 1)

@@ -23,6 +23,7 @@ from infra.aws.records import (TAG_PRICE, TAG_SPOT, TAG_SSH_USER, TAG_TERMINATIN
 from infra.base import (TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, Cluster, ClusterRequest,
                         CredentialsError, NodeState, ProvisionError)
 from infra.vm.keys import remove_cluster_key
+from infra.vm.ssh import forget_host_keys
 from infra.vm.poll import poll_until
 from infra.vm.provider import Created, Found, VmProvider, local_ray_version
 
@@ -174,6 +175,7 @@ class AwsProvider(VmProvider):
         self._wait_gone(ec2, sorted(live))
         for group in net.find_security_groups(ec2, cluster_id):
             self._delete_group_when_free(ec2, group["GroupId"])
+        forget_host_keys(cluster_id)
         if not own_key:
             for key in net.find_key_pairs(ec2, cluster_id):
                 net.delete_key_pair(ec2, key)

@@ -25,6 +25,7 @@ from infra.gcp.compute import (DEFAULT_ZONES, META_CLUSTER_ID, META_JOB_ID, META
 from infra.gcp.records import cluster_from_instances, node_state
 from infra.vm.bootstrap import startup_script
 from infra.vm.keys import ensure_cluster_key, key_path, remove_cluster_key
+from infra.vm.ssh import forget_host_keys
 from infra.vm.provider import Created, Found, VmProvider, local_ray_version
 
 PREEMPTED_OPERATION = "compute.instances.preempted"
@@ -229,6 +230,7 @@ class GcpProvider(VmProvider):
         except Exception as e:
             raise gcp_errors.from_exception(e, region=cluster.region) from None
         remove_cluster_key(cluster.cluster_id)
+        forget_host_keys(cluster.cluster_id)
         self._terminated.add(cluster.cluster_id)
 
     def _delete_instances(self, keys: list[tuple[str, str]], strict: bool = False) -> None:

@@ -5,6 +5,9 @@ dlrun was killed (`dlrun down --orphans`) is as complete as the one launch() ret
 """
 from __future__ import annotations
 
+import time
+from datetime import datetime
+
 from infra.base import Cluster, Node, NodeState
 from infra.gcp import network as net
 from infra.gcp.compute import addresses_of, instance_names
@@ -22,13 +25,22 @@ def cluster_from_instances(cluster_id: str, job_id: str, region: str, zone: str,
         nodes.append(Node(node_id=inst.name, private_ip=private_ip, public_ip=public_ip, zone=zone,
                           is_head=inst.name == head_name))
     head = nodes[0] if nodes else None
+    created = [t for i in instances if (t := _timestamp(getattr(i, "creation_timestamp", "")))]
     return Cluster(
+        launched_at=min(created) if created else time.time(),
         cluster_id=cluster_id, provider="gcp", region=region, zone=zone, instance_type=instance_type,
         spot=spot, price_per_hour=price, nodes=nodes, job_id=job_id,
         head_address=f"ssh://{net.SSH_USER}@{head.public_ip or head.private_ip}" if head else "",
         ssh_user=net.SSH_USER, ssh_key_path=str(key_path(cluster_id)),
         extra={"project": project, "network_tag": net.cluster_tag(cluster_id),
                "firewalls": list(net.firewall_names(cluster_id))})
+
+
+def _timestamp(rfc3339: str) -> float | None:
+    try:
+        return datetime.fromisoformat(rfc3339).timestamp() if rfc3339 else None
+    except ValueError:
+        return None
 
 
 def node_state(name: str, inst, *, spot: bool, terminated_by_us: bool, preempted: set[str]) -> NodeState:

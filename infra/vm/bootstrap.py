@@ -57,6 +57,7 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
         'VENV="$NODE_DIR/venv"',
         # system site-packages: what the image already has (a deep-learning image's torch) is reused
         '[ -x "$VENV/bin/python" ] || "$PY" -m venv --system-site-packages "$VENV"',
+        'export PATH="$VENV/bin:$PATH"  # Ray workers and job drivers inherit it: `python` is the venv\'s',
         f'"$VENV/bin/python" -m pip install {pip} || fail {shlex.quote("pip could not install " + " ".join(packages))}',
         "NODE_IP=$(hostname -I 2>/dev/null | awk '{print $1}')",
         '[ -n "$NODE_IP" ] || NODE_IP=$(ip -4 -o addr show scope global | awk \'{print $4}\' | cut -d/ -f1 | head -n1)',

@@ -9,7 +9,6 @@ this launch created before the error is raised, mapped to the provider error the
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 
 from infra.base import CapacityError, Cluster, ClusterRequest, Connection, ProviderError, ProvisionError
@@ -17,7 +16,6 @@ from infra.catalog import Offer
 from infra.vm.network import resolve_ssh_cidr
 
 log = logging.getLogger(__name__)
-BOOT_TIMEOUT_ENV = "DLRUN_BOOT_TIMEOUT"
 
 
 @dataclass
@@ -58,10 +56,10 @@ class VmProvider:
         except Exception as e:
             raise self.to_provider_error(e, region=region) from None
         if existing is not None and existing.complete:
-            return existing.cluster
+            return self._described(existing.cluster, request)
         created = Created(region=region)
         try:
-            return self._launch(request, ssh_cidr, existing, created)
+            return self._described(self._launch(request, ssh_cidr, existing, created), request)
         except (Exception, KeyboardInterrupt) as e:
             self._safe_cleanup(request.cluster_id, created)
             if isinstance(e, KeyboardInterrupt):
@@ -86,6 +84,12 @@ class VmProvider:
         raise CapacityError(f"no {market} capacity for {what} in any zone of {region} "
                             f"({'; '.join(failures) or 'no zones'})", cloud=self.name, region=region)
 
+    @staticmethod
+    def _described(cluster: Cluster, request: ClusterRequest) -> Cluster:
+        """What connect() checks before a job may start: every node's GPUs joined."""
+        cluster.extra.setdefault("gpus_per_node", request.offer.accelerator_count)
+        return cluster
+
     def _safe_cleanup(self, cluster_id: str, created: Created) -> None:
         """Best effort, never hiding the launch's own error: `dlrun down --orphans` finds the rest."""
         try:
@@ -95,14 +99,21 @@ class VmProvider:
 
     # ---------------------------------------------------------------- reaching the head
     def connect(self, cluster: Cluster) -> Connection:
-        """The head's dashboard through an SSH tunnel, once it answers (the node may still be booting)."""
+        """The head's dashboard through an SSH tunnel, once every node booted and joined Ray.
+
+        A node that cannot be reached, failed its boot script or never joined raises ProvisionError
+        (with the boot log's last lines): the caller tears the cluster down and tries the next offer.
+        """
         from infra.reach import wait_dashboard
+        from infra.vm import ready
         from infra.vm.ssh import open_tunnel
 
+        ready.wait_booted(cluster)
         tunnel = open_tunnel(cluster, 8265)
         try:
-            wait_dashboard(tunnel.local_address, timeout=float(os.environ.get(BOOT_TIMEOUT_ENV, 900)),
-                           what=f"the Ray head of {cluster.cluster_id}", cloud=self.name)
+            wait_dashboard(tunnel.local_address, timeout=120, what=f"the Ray head of {cluster.cluster_id}",
+                           cloud=self.name)
+            ready.wait_joined(cluster, tunnel.local_address, gpus_per_node=int(cluster.extra.get("gpus_per_node", 0)))
         except BaseException:
             tunnel.close()
             raise

@@ -1,7 +1,9 @@
-"""An SSH tunnel from this machine to a cloud head's Ray dashboard / Jobs API (never opened publicly).
+"""SSH from this machine to a cluster's nodes: commands (boot state, logs) and the tunnel to the head's
+Ray dashboard / Jobs API, which is never opened publicly.
 
-Test hook: when DLRUN_TEST_HEAD_ADDRESS is set (e.g. http://127.0.0.1:8265), open_tunnel returns
-that address without running ssh, so end-to-end tests can map a provisioned head to a local Ray head.
+Each cluster has its own known_hosts file (made at first contact, removed with the cluster), so a
+recycled public IP never meets a stale host key. $DLRUN_SSH_CONFIG names an OpenSSH config file
+passed as `ssh -F` — the knob for a bastion / ProxyJump (and for emulated VMs in the tests).
 """
 from __future__ import annotations
 
@@ -9,36 +11,78 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
-from infra.base import Cluster, ProvisionError
+from infra.base import Cluster, Node, ProvisionError
 from infra.paths import dlrun_home
 
-TEST_HEAD_ADDRESS_ENV = "DLRUN_TEST_HEAD_ADDRESS"
+SSH_CONFIG_ENV = "DLRUN_SSH_CONFIG"
+SSH_WAIT_ENV = "DLRUN_SSH_WAIT_S"   # how long a new node may take to accept SSH (default 600 s)
 
 
-class Tunnel:
-    """A running `ssh -N -L` (or the test address); use as a context manager or call close()."""
+def known_hosts_path(cluster_id: str) -> Path:
+    d = dlrun_home() / "known_hosts"
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return d / cluster_id
 
-    def __init__(self, local_address: str, process: subprocess.Popen | None = None):
-        self.local_address = local_address
-        self.process = process
 
-    def close(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+def forget_host_keys(cluster_id: str) -> None:
+    known_hosts_path(cluster_id).unlink(missing_ok=True)
 
-    def __enter__(self) -> "Tunnel":
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+def _ssh_binary(cluster: Cluster) -> str:
+    found = shutil.which("ssh")
+    if not found:
+        raise ProvisionError("the `ssh` client is needed to reach a cloud node; install OpenSSH",
+                             cloud=cluster.provider)
+    return found
+
+
+def base_command(cluster: Cluster, node: Node | None = None, *, connect_timeout: int = 10) -> list[str]:
+    """`ssh` with the cluster's key, its own known_hosts and the user's config, up to the target."""
+    node = node or cluster.head
+    host = (node.public_ip or node.private_ip) if node else ""
+    if not host:
+        raise ProvisionError(f"cluster {cluster.cluster_id} has no address to reach over SSH", cloud=cluster.provider)
+    cmd = [_ssh_binary(cluster)]
+    if os.environ.get(SSH_CONFIG_ENV):
+        cmd += ["-F", os.environ[SSH_CONFIG_ENV]]
+    cmd += ["-o", "StrictHostKeyChecking=accept-new", "-o", f"UserKnownHostsFile={known_hosts_path(cluster.cluster_id)}",
+            "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}", "-o", "ServerAliveInterval=15",
+            "-o", "ServerAliveCountMax=4", "-o", "LogLevel=ERROR"]
+    if cluster.ssh_key_path:
+        cmd += ["-i", cluster.ssh_key_path, "-o", "IdentitiesOnly=yes"]
+    return cmd + [f"{cluster.ssh_user or 'ubuntu'}@{host}"]
+
+
+def run(cluster: Cluster, command: str, node: Node | None = None, *, timeout: float = 60) -> tuple[int, str]:
+    """(exit code, stdout+stderr) of a shell command on a node; 255 when SSH itself failed."""
+    try:
+        proc = subprocess.run([*base_command(cluster, node), command], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 255, f"ssh timed out after {timeout:.0f}s"
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def wait_for_ssh(cluster: Cluster, node: Node | None = None, *, timeout_s: float | None = None,
+                 sleep=time.sleep) -> None:
+    """Until the node accepts our key: sshd starts late, GCE's guest agent makes the user late."""
+    timeout_s = float(os.environ.get(SSH_WAIT_ENV, 600)) if timeout_s is None else timeout_s
+    deadline, delay, last = time.monotonic() + timeout_s, 1.0, ""
+    while True:
+        code, out = run(cluster, "true", node, timeout=30)
+        if code == 0:
+            return
+        last = out.splitlines()[-1] if out else f"ssh exited with {code}"
+        if time.monotonic() + delay > deadline:
+            target = node.node_id if node else cluster.cluster_id
+            raise ProvisionError(f"{target} did not accept SSH within {timeout_s:.0f}s: {last}",
+                                 cloud=cluster.provider)
+        sleep(delay)
+        delay = min(delay * 1.5, 15.0)
 
 
 def _free_port() -> int:
@@ -47,48 +91,85 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _known_hosts() -> Path:
-    return dlrun_home() / "known_hosts"
+class Tunnel:
+    """`ssh -N -L 127.0.0.1:PORT:127.0.0.1:REMOTE` to the head, re-opened on the same port when it drops."""
 
+    def __init__(self, cluster: Cluster, remote_port: int, *, check_s: float = 1.0):
+        self.cluster, self.remote_port, self.check_s = cluster, int(remote_port), check_s
+        self.local_port = _free_port()
+        self.local_address = f"http://127.0.0.1:{self.local_port}"
+        self.reopened = 0
+        self._proc: subprocess.Popen | None = None
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
 
-def ssh_command(cluster: Cluster, local_port: int, remote_port: int) -> list[str]:
-    head = cluster.head
-    host = (head.public_ip or head.private_ip) if head else ""
-    if not host:
-        raise ProvisionError(f"cluster {cluster.cluster_id} has no head address to tunnel to",
-                             cloud=cluster.provider)
-    cmd = ["ssh", "-N", "-L", f"127.0.0.1:{local_port}:127.0.0.1:{int(remote_port)}",
-           "-o", "StrictHostKeyChecking=accept-new", "-o", "ExitOnForwardFailure=yes",
-           "-o", "BatchMode=yes", "-o", "ServerAliveInterval=30", "-o", "ConnectTimeout=15",
-           "-o", f"UserKnownHostsFile={_known_hosts()}"]
-    if cluster.ssh_key_path:
-        cmd += ["-i", cluster.ssh_key_path, "-o", "IdentitiesOnly=yes"]
-    return cmd + [f"{cluster.ssh_user or 'ubuntu'}@{host}"]
+    def _spawn(self) -> subprocess.Popen:
+        forward = f"127.0.0.1:{self.local_port}:127.0.0.1:{self.remote_port}"
+        cmd = base_command(self.cluster)
+        cmd[1:1] = ["-N", "-o", "ExitOnForwardFailure=yes", "-L", forward]
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def open(self, timeout_s: float = 60.0) -> "Tunnel":
+        deadline = time.monotonic() + timeout_s
+        self._proc = self._spawn()
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                err = (self._proc.stderr.read() if self._proc.stderr else "").strip().splitlines()
+                raise ProvisionError(f"SSH tunnel to {self.cluster.cluster_id} failed: "
+                                     f"{err[-1] if err else f'ssh exited with {self._proc.returncode}'}",
+                                     cloud=self.cluster.provider)
+            if self._accepts():
+                self._watcher = threading.Thread(target=self._keep_open, daemon=True,
+                                                 name=f"tunnel-{self.cluster.cluster_id}")
+                self._watcher.start()
+                return self
+            time.sleep(0.2)
+        self.close()
+        raise ProvisionError(f"SSH tunnel to {self.cluster.cluster_id} not up after {timeout_s:.0f}s",
+                             cloud=self.cluster.provider)
+
+    def _accepts(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.local_port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def _keep_open(self) -> None:
+        """A dropped connection (Wi-Fi blip, laptop sleep) is re-opened, with a growing pause."""
+        delay = self.check_s
+        while not self._closed.wait(delay):
+            with self._lock:
+                if self._closed.is_set() or self._proc is None or self._proc.poll() is None:
+                    delay = self.check_s
+                    continue
+                self._proc = self._spawn()
+                self.reopened += 1
+            delay = min(delay * 2, 30.0)
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc and proc.stderr:
+            proc.stderr.close()
+
+    def __enter__(self) -> "Tunnel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def open_tunnel(cluster: Cluster, remote_port: int = 8265, *, timeout_s: float = 60.0) -> Tunnel:
     """Forward a free local port to the head's 127.0.0.1:remote_port; waits until it accepts."""
-    if os.environ.get(TEST_HEAD_ADDRESS_ENV):
-        return Tunnel(os.environ[TEST_HEAD_ADDRESS_ENV].rstrip("/"))
-    if not shutil.which("ssh"):
-        raise ProvisionError("the `ssh` client is needed to reach a cloud head; install OpenSSH",
-                             cloud=cluster.provider)
-    local_port = _free_port()
-    proc = subprocess.Popen(ssh_command(cluster, local_port, remote_port), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    tunnel = Tunnel(f"http://127.0.0.1:{local_port}", proc)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
-            raise ProvisionError(f"SSH tunnel to {cluster.cluster_id} failed: "
-                                 f"{err[-1] if err else f'ssh exited with {proc.returncode}'}",
-                                 cloud=cluster.provider)
-        try:
-            with socket.create_connection(("127.0.0.1", local_port), timeout=1):
-                return tunnel
-        except OSError:
-            time.sleep(0.2)
-    tunnel.close()
-    raise ProvisionError(f"SSH tunnel to {cluster.cluster_id} not up after {timeout_s:.0f}s",
-                         cloud=cluster.provider)
+    return Tunnel(cluster, remote_port).open(timeout_s)

@@ -40,16 +40,9 @@ class AttemptContext:
     jobs_client: Callable[[str], object] | None = None  # address -> Jobs API client (default: RayJobs)
 
 
-def runs_on_this_machine(cloud: str) -> bool:
-    """Local jobs, and cloud heads that the documented test hook maps to a local Ray head."""
-    from infra import runs_here
-    from infra.vm.ssh import TEST_HEAD_ADDRESS_ENV
-
-    return runs_here(cloud) or bool(os.environ.get(TEST_HEAD_ADDRESS_ENV))
-
-
 def run_attempt(ctx: AttemptContext, cand, get_provider):
     """Launch + run on one candidate. Returns an Outcome, or the ProviderError that stopped the launch."""
+    from infra import runs_here
     from infra.base import BootstrapConfig, ClusterRequest, ProviderError
 
     spec, store, offer = ctx.spec, ctx.store, cand.offer
@@ -59,7 +52,7 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
     cluster_id = new_id("c")
     nodes = spec.resources.num_nodes
     price_all = offer.hourly(cand.spot) * nodes
-    started = ctx.clock()
+    started, wall_started = ctx.clock(), time.time()
     store.update_job(ctx.job_id, attempts=attempt, backend=offer.cloud, offer_key=offer.key,
                      instance_type=offer.instance_type, accelerator=offer.accelerator or "CPU",
                      accelerator_count=offer.accelerator_count, spot=int(cand.spot), price_per_hour=price_all,
@@ -79,18 +72,20 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
     cluster = None
     try:
         cluster = provider.launch(request)
-    except ProviderError as e:
-        _record_teardown(ctx, cluster_id, offer.cloud, row["actual_cost"] or 0.0, started, price_all)
+    except ProviderError as e:  # the launch rolled back what it made: nothing ran, nothing is billed
+        _record_teardown(ctx, cluster_id, offer.cloud, row["actual_cost"] or 0.0, started, 0.0)
         return e
     except BaseException:
         provider_cleanup(provider, cluster_id)
         _record_teardown(ctx, cluster_id, offer.cloud, row["actual_cost"] or 0.0, started, price_all)
         raise
+    # billing starts when the cloud says the instances launched (LaunchTime / creationTimestamp)
+    started = min(ctx.clock(), started + max(0.0, cluster.launched_at - wall_started))
     store.record_cluster(cluster_id, provider=offer.cloud, job_id=ctx.job_id, state="up", zone=cluster.zone,
-                         cluster_json=json.dumps(cluster.to_dict()))
+                         launched_at=started, cluster_json=json.dumps(cluster.to_dict()))
     est = cand.estimate
     workers = num_workers(spec, offer.accelerator_count)
-    local = runs_on_this_machine(offer.cloud)
+    local = runs_here(offer.cloud)
     submission = dict(
         entrypoint=entrypoint(spec, local=local, workers=workers), submission_id=f"dlrun-{ctx.job_id}-{attempt}",
         runtime_env=runtime_env(spec, job_id=ctx.job_id, checkpoint=ctx.checkpoint, price_per_hour=price_all,
@@ -105,21 +100,9 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
                            price_all=price_all, submission=submission)
 
 
-def provider_remote(cloud: str) -> bool:
-    from infra import capabilities
-
-    return capabilities(cloud).remote
-
-
 def _entrypoint_gpus(offer, workers: int) -> float | None:
     """A single-worker job on a GPU offer holds one GPU; Ray Train workers ask for their own."""
-    if not offer.accelerator or workers != 1:
-        return None
-    if provider_remote(offer.cloud) and runs_on_this_machine(offer.cloud):
-        from infra.local.gpus import detect_gpus
-
-        return 1 if detect_gpus() else None  # the test hook's head is this machine: its GPUs, if any
-    return 1
+    return 1 if offer.accelerator and workers == 1 else None
 
 
 def reattach(ctx: AttemptContext, get_provider) -> Outcome | None:
@@ -151,20 +134,33 @@ def reattach(ctx: AttemptContext, get_provider) -> Outcome | None:
     store.add_event(ctx.job_id, "reattach", {"cluster": crow["id"], "submission": row["ray_submission_id"]})
     ctx.display.message(f"re-attached to {row['ray_submission_id']} on cluster {crow['id']}")
     ctx.view.backend = f"{row['offer_key'] or crow['provider']}{' spot' if crow['spot'] else ''}"
-    return _run_on_cluster(ctx, provider, cluster, started=crow["launched_at"], previous=previous,
-                           price_all=price_all, submission=None, submission_id=row["ray_submission_id"])
+    outcome = _run_on_cluster(ctx, provider, cluster, started=crow["launched_at"], previous=previous,
+                              price_all=price_all, submission=None, submission_id=row["ray_submission_id"])
+    if not isinstance(outcome, Outcome):  # the head no longer answers: relaunch from the checkpoint
+        return Outcome("RELAUNCH", f"could not reach the cluster again: {outcome.message}")
+    return outcome
 
 
 def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, previous: float,
-                    price_all: float, submission: dict | None, submission_id: str | None = None) -> Outcome:
-    """Submit (unless re-attaching), watch until the job ends, then stop what is left and tear down."""
+                    price_all: float, submission: dict | None, submission_id: str | None = None):
+    """Submit (unless re-attaching), watch until the job ends, then stop what is left and tear down.
+
+    Returns the Outcome, or the ProviderError of a cluster that never became ready (a failed boot):
+    the executor then tries the next candidate, as after a failed launch.
+    """
+    from infra.base import ProviderError
+
     store, job_id = ctx.store, ctx.job_id
     connection = jobs = None
     outcome = Outcome("INTERRUPTED", "dlrun stopped while the job ran")
     try:
         ctx.view.phase = "bootstrapping"
         ctx.display.update(ctx.view)
-        connection = provider.connect(cluster)
+        try:
+            connection = provider.connect(cluster)
+        except ProviderError as e:
+            outcome = Outcome("NOT_READY", e.message)
+            return e
         address = connection.address
         jobs = (ctx.jobs_client or _ray_jobs)(address)
         if submission is not None:

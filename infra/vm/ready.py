@@ -1,0 +1,93 @@
+"""Is a fresh cluster ready for a job? SSH answers, every node's boot script finished, Ray on the head
+sees every node with its GPUs. A boot that failed or never finished is one ProvisionError carrying the
+last lines of that node's boot log, so the executor tears the cluster down and tries the next offer.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+
+from infra.base import Cluster, Node, ProvisionError
+from infra.vm import ssh
+from infra.vm.bootstrap import NODE_DIR
+
+BOOT_TIMEOUT_ENV = "DLRUN_BOOT_TIMEOUT"   # seconds a node may take to install and start Ray (default 900)
+JOIN_TIMEOUT_S = 300.0
+LOG_LINES = 12
+
+
+def boot_timeout_s() -> float:
+    return float(os.environ.get(BOOT_TIMEOUT_ENV, 900))
+
+
+def _boot_state(cluster: Cluster, node: Node) -> tuple[str, str]:
+    """("ready" | "failed" | "booting", detail) from the node's markers, read over SSH."""
+    code, out = ssh.run(cluster, f"if [ -e {NODE_DIR}/ready ]; then echo READY; "
+                                 f"elif [ -e {NODE_DIR}/failed ]; then echo FAILED; cat {NODE_DIR}/failed; "
+                                 f"else echo BOOTING; fi", node, timeout=30)
+    if code != 0:
+        return "booting", out  # a blip while the node is busy installing: ask again
+    first, _, rest = out.partition("\n")
+    return {"READY": "ready", "FAILED": "failed"}.get(first.strip(), "booting"), rest.strip()
+
+
+def boot_log_tail(cluster: Cluster, node: Node, lines: int = LOG_LINES) -> str:
+    code, out = ssh.run(cluster, f"tail -n {int(lines)} {NODE_DIR}/boot.log 2>/dev/null", node, timeout=30)
+    return out if code == 0 and out else "(no boot log)"
+
+
+def wait_booted(cluster: Cluster, *, timeout_s: float | None = None, poll_s: float = 3.0,
+                sleep=time.sleep) -> None:
+    """Until every node wrote its ready marker; ProvisionError with the boot log when one failed."""
+    timeout_s = boot_timeout_s() if timeout_s is None else timeout_s
+    deadline = time.monotonic() + timeout_s
+    waiting = list(cluster.nodes)
+    for node in waiting:
+        ssh.wait_for_ssh(cluster, node, timeout_s=max(1.0, deadline - time.monotonic()), sleep=sleep)
+    while waiting:
+        for node in list(waiting):
+            state, detail = _boot_state(cluster, node)
+            if state == "ready":
+                waiting.remove(node)
+            elif state == "failed":
+                raise ProvisionError(f"{node.node_id} failed to boot ({detail}); last lines of its boot log:\n"
+                                     f"{boot_log_tail(cluster, node)}", cloud=cluster.provider)
+        if waiting and time.monotonic() > deadline:
+            node = waiting[0]
+            raise ProvisionError(f"{node.node_id} did not finish booting within {timeout_s:.0f}s; last lines "
+                                 f"of its boot log:\n{boot_log_tail(cluster, node)}", cloud=cluster.provider)
+        if waiting:
+            sleep(poll_s)
+
+
+def alive_nodes(dashboard: str, headers: dict | None = None) -> list[dict]:
+    """The nodes Ray's state API reports ALIVE on a head (each with resources_total)."""
+    req = urllib.request.Request(f"{dashboard}/api/v0/nodes?limit=1000", headers=headers or {})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        body = json.loads(resp.read())
+    data = body.get("data", {}).get("result", {})
+    rows = data.get("result", []) if isinstance(data, dict) else data
+    return [n for n in rows if n.get("state") == "ALIVE"]
+
+
+def wait_joined(cluster: Cluster, dashboard: str, *, gpus_per_node: int = 0, timeout_s: float = JOIN_TIMEOUT_S,
+                poll_s: float = 2.0, headers: dict | None = None, sleep=time.sleep) -> list[dict]:
+    """Until Ray sees every node of the cluster, each with its GPUs: a job submitted earlier would run
+    with fewer workers, or on CPU (Ray Train decides use_gpu from what has joined)."""
+    want = len(cluster.nodes)
+    deadline, seen = time.monotonic() + timeout_s, []
+    while True:
+        try:
+            seen = alive_nodes(dashboard, headers)
+        except (OSError, ValueError):
+            seen = []
+        full = [n for n in seen if float((n.get("resources_total") or {}).get("GPU", 0)) >= gpus_per_node]
+        if len(full) >= want:
+            return seen
+        if time.monotonic() > deadline:
+            raise ProvisionError(f"only {len(full)} of {want} nodes joined the Ray cluster "
+                                 f"{cluster.cluster_id} with {gpus_per_node} GPU(s) each within {timeout_s:.0f}s",
+                                 cloud=cluster.provider)
+        sleep(poll_s)
