@@ -1,9 +1,9 @@
 """A small stateful fake of the Compute Engine REST API, for the real google-cloud-compute client.
 
-Serves the endpoints dlrun uses (instances insert/get/list/delete, zone operations get/wait/list,
-firewalls insert/get/list/delete, global operations get/wait) on 127.0.0.1, validates request
-bodies the way GCE does, and answers with GCE-shaped Operation and error JSON. Faults are injected
-through methods on FakeGce: stockout(zone), quota(metric), forbid(), preempt(instance).
+Serves the endpoints dlrun uses (instances insert/get/list/delete/getSerialPortOutput, zone
+operations get/wait/list, firewalls insert/get/list/delete, global operations get/wait) on 127.0.0.1,
+validates request bodies the way GCE does, and answers with GCE-shaped Operation and error JSON.
+Faults are injected through methods on FakeGce: stockout(zone), quota(metric), forbid(), preempt(instance).
 
     with FakeGce() as gce:
         client = compute_v1.InstancesClient(credentials=AnonymousCredentials(),
@@ -18,6 +18,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
 from urllib.parse import parse_qs, urlparse
 
 PREFIX = "/compute/v1/projects/"
@@ -58,10 +59,14 @@ class FakeGce:
     capacity: dict = field(default_factory=dict)  # zone -> how many more instances it can still take
     quotas: list = field(default_factory=list)
     forbidden: bool = False
+    # (zone, name) -> the instance's serial console text, for getSerialPortOutput; the VM harness
+    # (tests/fakes/vm) sets it to serve its VMs' console logs. None: every console is empty.
+    serial_port_output: Callable[[str, str], str] | None = None
 
     def __post_init__(self):
         self._lock = threading.RLock()
         self._ids = itertools.count(1000)
+        self._addresses = itertools.count(2)
         self._server: ThreadingHTTPServer | None = None
         self._pending_errors: dict = {}  # operation key -> (http status, error code, message)
 
@@ -140,6 +145,8 @@ class FakeGce:
                 return _listing("compute#instanceList", _filtered(items, query))
             case ["zones", zone, "instances", name], "GET":
                 return self._get(self.instances, (zone, name), f"zones/{zone}/instances/{name}")
+            case ["zones", zone, "instances", name, "serialPort"], "GET":
+                return self._serial_port(zone, name, query)
             case ["zones", zone, "instances", name], "DELETE":
                 inst = self._get(self.instances, (zone, name), f"zones/{zone}/instances/{name}")
                 del self.instances[(zone, name)]
@@ -228,7 +235,7 @@ class FakeGce:
         if not error:
             if zone in self.capacity:
                 self.capacity[zone] -= 1
-            number = len(self.instances) + 2
+            number = next(self._addresses)  # like GCE, an address is not handed out twice at once
             nic = dict(body["networkInterfaces"][0], networkIP=f"10.128.0.{number}")
             if nic.get("accessConfigs"):
                 nic["accessConfigs"] = [dict(nic["accessConfigs"][0], natIP=f"203.0.113.{number}")]
@@ -237,6 +244,15 @@ class FakeGce:
                 zone=self._link(f"zones/{zone}"), selfLink=link, networkInterfaces=[nic],
                 machineType=self._link(f"zones/{zone}/machineTypes/{machine}"))
         return self._operation(zone, "insert", link, error=error)
+
+    def _serial_port(self, zone: str, name: str, query: dict) -> dict:
+        """getSerialPortOutput: the console from byte `start` on, and where the next read starts."""
+        inst = self._get(self.instances, (zone, name), f"zones/{zone}/instances/{name}")
+        text = self.serial_port_output(zone, name) if self.serial_port_output else ""
+        data = text.encode()
+        start = min(int((query.get("start") or ["0"])[0]), len(data))
+        return {"kind": "compute#serialPortOutput", "contents": data[start:].decode(errors="replace"),
+                "start": str(start), "next": str(len(data)), "selfLink": inst["selfLink"] + "/serialPort"}
 
     # ------------------------------------------------------------ firewalls
     def _insert_firewall(self, body: dict) -> dict:

@@ -1,0 +1,65 @@
+"""pytest fixtures and helpers for tests that run dlrun against emulated VMs.
+
+    from tests.fakes.vm.fixtures import vm_lab  # noqa: F401  (fixture)
+
+The `vm_lab` fixture skips, saying why, where the lab cannot run: it needs root (namespaces, a bridge,
+mounts) and Debian's openssh-server (sshd), openssh-client, iproute2 and util-linux. At teardown it
+closes the lab and fails the test if anything of it is left.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .lab import VmLab
+
+APT_PACKAGES = "openssh-server openssh-client iproute2 util-linux"
+TOOLS = ("/usr/sbin/sshd", "ssh", "ssh-keygen", "ip", "unshare", "nsenter", "setpriv")
+
+
+def vm_support_problem() -> str | None:
+    """Why the VM lab cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "the VM lab needs root (network, mount and PID namespaces, a bridge)"
+    missing = [t for t in TOOLS if not shutil.which(t)]
+    if missing:
+        return f"the VM lab needs {', '.join(missing)}: apt-get install -y {APT_PACKAGES}"
+    if "overlay" not in Path("/proc/filesystems").read_text():
+        subprocess.run(["modprobe", "overlay"], capture_output=True)
+        if "overlay" not in Path("/proc/filesystems").read_text():
+            return "the VM lab needs the kernel's overlay filesystem"
+    return None
+
+
+@pytest.fixture
+def vm_lab():
+    problem = vm_support_problem()
+    if problem:
+        pytest.skip(problem)
+    lab = VmLab()
+    try:
+        lab.open()
+        yield lab
+    finally:
+        lab.close()
+    left = lab.leftovers()
+    assert left == [], f"the VM lab left {left}"
+
+
+def ssh_keypair(directory: Path, name: str = "id_ed25519") -> tuple[Path, str]:
+    """A fresh client key pair: (private key path, public key line)."""
+    key = directory / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "dlrun-test", "-f", str(key)],
+                   check=True, capture_output=True, timeout=30)
+    return key, key.with_suffix(".pub").read_text().strip()
+
+
+def ssh_argv(lab: VmLab, key: Path, target: str, *args: str) -> list[str]:
+    """ssh as dlrun would run it (-F lab.ssh_config), checking the VM's host key against the lab's."""
+    return ["ssh", "-F", str(lab.ssh_config), "-i", str(key), "-o", "BatchMode=yes",
+            "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={lab.known_hosts}", "-o", "ConnectTimeout=10", *args, target]

@@ -1,0 +1,219 @@
+"""One emulated VM: a network namespace on the lab's bridge plus mount, PID and UTS namespaces whose
+init (vm_init.py) builds a private filesystem, runs the instance's boot script and a real sshd.
+
+Why namespaces and not containers or real VMs: they need nothing but the kernel and util-linux, boot in
+a fraction of a second, and killing the PID namespace's init kills every process of the VM at once
+(Ray's raylet and gcs_server included), which is what a cloud does to a terminated instance.
+
+The init is started through `setpriv --pdeathsig KILL` and `unshare --kill-child`: if the test process
+dies without cleaning up, the VM dies with it (the thread that booted it must live as long as the VM:
+the lab boots from its own long-lived threads or the caller's).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .image import Image
+from .vmfiles import vm_files
+
+INIT = Path(__file__).with_name("vm_init.py")
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class VmBootError(RuntimeError):
+    pass
+
+
+@dataclass
+class VmSpec:
+    instance_id: str  # EC2 instance id, or GCE instance name
+    private_ip: str
+    public_ip: str | None
+    user: str  # the image's login user (ubuntu on AWS, dlrun on GCP)
+    authorized_keys: list[str]
+    boot_script: bytes | None = None
+    hostname: str = ""
+    sshd_delay_s: float = 0.0
+    cloud_id: str = ""  # what the cloud would need to tell a replacement apart (GCE's numeric id)
+
+    def __post_init__(self):
+        self.hostname = self.hostname or "ip-" + self.private_ip.replace(".", "-")
+
+    @property
+    def addresses(self) -> list[str]:
+        return [self.private_ip] + ([self.public_ip] if self.public_ip else [])
+
+
+@dataclass
+class Vm:
+    spec: VmSpec
+    index: int
+    netns: str
+    vm_dir: Path
+    host_key: str = ""  # the VM's public host key line
+    init_pid: int = 0  # in the root PID namespace
+    pidns: str = ""  # 'pid:[inode]' of the VM's PID namespace, to find its processes
+    netns_id: str = ""  # 'net:[inode]'
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+    _console_after_death: str | None = field(default=None, repr=False)
+
+    @property
+    def instance_id(self) -> str:
+        return self.spec.instance_id
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # ------------------------------------------------------------ boot / kill
+    def boot(self, image: Image, timeout_s: float = 30) -> "Vm":
+        files, self.host_key = vm_files(
+            self.vm_dir, user=self.spec.user, hostname=self.spec.hostname, private_ip=self.spec.private_ip,
+            authorized_keys=self.spec.authorized_keys, boot_script=self.spec.boot_script)
+        (self.vm_dir / "layer").mkdir()
+        spec_path = self.vm_dir / "spec.json"
+        spec_path.write_text(json.dumps({
+            "vm_dir": str(self.vm_dir), "image": image.spec(), "hostname": self.spec.hostname,
+            "files": files, "sshd_delay_s": self.spec.sshd_delay_s,
+            "boot_script": "/var/lib/cloud/instance/scripts/part-001" if self.spec.boot_script is not None
+            else None,
+            "console_log": str(self.console_path), "sshd_log": str(self.vm_dir / "sshd.log"),
+            "init_log": str(self.vm_dir / "init.log")}, indent=1))
+        self._proc = subprocess.Popen(
+            ["setpriv", "--pdeathsig", "KILL", "ip", "netns", "exec", self.netns,
+             "unshare", "--mount", "--pid", "--uts", "--fork", "--mount-proc", "--propagation", "private",
+             "--kill-child=SIGKILL", image.python_bin, "-I", "-S", str(INIT), str(spec_path)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, env={"PATH": PATH})
+        out = self._read_until_ready(timeout_s)
+        if out != "ready":
+            self.kill()
+            raise VmBootError(f"VM {self.instance_id} did not boot:\n{out}")
+        self.init_pid = self._child_of(self._proc.pid)
+        self.pidns = os.readlink(f"/proc/{self.init_pid}/ns/pid")
+        self.netns_id = os.readlink(f"/proc/{self.init_pid}/ns/net")
+        return self
+
+    def _read_until_ready(self, timeout_s: float) -> str:
+        """'ready' once the init has built the VM, else what it printed (its traceback)."""
+        deadline, fd, out = time.monotonic() + timeout_s, self._proc.stdout.fileno(), b""
+        while time.monotonic() < deadline:
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            out += chunk
+            if out.startswith(b"ready\n"):
+                self._proc.stdout.close()
+                return "ready"
+        return out.decode(errors="replace") or f"no answer in {timeout_s:.0f} s"
+
+    @staticmethod
+    def _child_of(pid: int) -> int:
+        for _ in range(200):
+            try:
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                children = []
+            if children:
+                return int(children[0])
+            time.sleep(0.01)
+        raise VmBootError(f"no init process under unshare ({pid})")
+
+    def kill(self) -> None:
+        """Terminates the VM: SIGKILL to its init kills every process in its PID namespace."""
+        if self._console_after_death is None:
+            self._console_after_death = self.console_log()
+        for pid in (self.init_pid, self._proc.pid if self._proc else 0):
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            if self._proc.stdout and not self._proc.stdout.closed:
+                self._proc.stdout.close()
+        deadline = time.monotonic() + 10
+        while self.processes() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def remove_dir(self) -> None:
+        shutil.rmtree(self.vm_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------ inspection and use
+    @property
+    def console_path(self) -> Path:
+        return self.vm_dir / "console.log"
+
+    def console_log(self) -> str:
+        """What the VM wrote to its serial console: the boot script's output, as the cloud reports it."""
+        if self._console_after_death is not None:
+            return self._console_after_death
+        try:
+            return self.console_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def processes(self) -> list[tuple[int, str]]:
+        """(pid, command) of every process in this VM's PID or network namespace, as seen from the host."""
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                ns = (os.readlink(f"/proc/{entry.name}/ns/pid"), os.readlink(f"/proc/{entry.name}/ns/net"))
+                comm = Path(f"/proc/{entry.name}/comm").read_text().strip()
+            except OSError:
+                continue
+            if (self.pidns and ns[0] == self.pidns) or (self.netns_id and ns[1] == self.netns_id):
+                found.append((int(entry.name), comm))
+        return found
+
+    def run(self, command: str, *, user: str = "root", timeout: float = 60,
+            check: bool = False) -> subprocess.CompletedProcess:
+        """Runs a bash command inside the VM (all its namespaces), with a login-like clean environment."""
+        home = "/root" if user == "root" else f"/home/{user}"
+        inner = ["env", "-i", f"PATH={PATH}", f"HOME={home}", f"USER={user}", "bash", "-c", command]
+        if user != "root":
+            inner = ["setpriv", "--reuid", user, "--regid", user, "--init-groups", *inner]
+        argv = ["nsenter", "-t", str(self.init_pid), "-m", "-u", "-n", "-p", "--wd=/", *inner]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=check)
+
+    def wait_for_ssh(self, timeout_s: float = 30) -> None:
+        """Until the VM's sshd answers with its banner (it starts after boot() returns, or later still
+        with sshd_delay_s), as a client probing port 22 would see it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with socket.create_connection((self.spec.private_ip, 22), timeout=2) as conn:
+                    if conn.recv(7) == b"SSH-2.0":
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no sshd on {self.instance_id} after {timeout_s} s")
+            time.sleep(0.05)
+
+    def wait_for_console(self, text: str, timeout_s: float = 30) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            log = self.console_log()
+            if text in log:
+                return log
+            time.sleep(0.05)
+        raise TimeoutError(f"{text!r} not in the console of {self.instance_id} after {timeout_s} s:\n"
+                           f"{self.console_log()}")

@@ -1,0 +1,246 @@
+"""The VM harness itself: instances of the fake clouds become VMs that boot their script, answer SSH with
+the key the cloud was given, show their console through the cloud's API, and vanish without a trace."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import boto3
+import pytest
+from google.api_core.client_options import ClientOptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import compute_v1
+from moto.server import ThreadedMotoServer
+
+from tests.fakes.gce_server import FakeGce
+from tests.fakes.vm.clouds import wait_until
+from tests.fakes.vm.fixtures import ssh_argv, ssh_keypair, vm_lab  # noqa: F401  (fixture)
+
+ZONE = "us-central1-a"
+GCE_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
+REGION = "us-east-1"
+MOTO_AMI = "ami-12c6146b"  # one of moto's default AMIs (describe_images would load them all: ~2 s)
+HTTP_SCRIPT = """#!/bin/bash
+set -e
+echo "marker from $(hostname)" > /var/lib/dlrun/marker
+nohup python3 -m http.server 8000 --bind 127.0.0.1 --directory /var/lib/dlrun >/dev/null 2>&1 &
+echo "boot script done"
+"""
+
+
+@pytest.fixture
+def fake_gce():
+    with FakeGce() as fake:
+        yield fake
+
+
+@pytest.fixture
+def ec2_endpoint():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=10)
+    yield url
+    server.stop()
+
+
+def gce_client(fake, cls=compute_v1.InstancesClient):
+    return cls(credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=fake.endpoint),
+               transport="rest")
+
+
+def gce_insert(fake, name: str, public_key: str, script: str | None = None) -> None:
+    items = [{"key": "ssh-keys", "value": f"dlrun:{public_key}"}]
+    if script is not None:
+        items.append({"key": "startup-script", "value": script})
+    body = {"name": name, "machine_type": f"zones/{ZONE}/machineTypes/e2-standard-2",
+            "disks": [{"boot": True, "auto_delete": True,
+                       "initialize_params": {"source_image": GCE_IMAGE}}],
+            "network_interfaces": [{"network": "global/networks/default",
+                                    "access_configs": [{"name": "External NAT", "type_": "ONE_TO_ONE_NAT"}]}],
+            "metadata": {"items": items}}
+    op = gce_client(fake).insert(project=fake.project, zone=ZONE, instance_resource=compute_v1.Instance(body))
+    gce_client(fake, compute_v1.ZoneOperationsClient).wait(project=fake.project, zone=ZONE, operation=op.name)
+
+
+def gce_delete(fake, name: str) -> None:
+    op = gce_client(fake).delete(project=fake.project, zone=ZONE, instance=name)
+    gce_client(fake, compute_v1.ZoneOperationsClient).wait(project=fake.project, zone=ZONE, operation=op.name)
+
+
+def ssh(lab, key, target: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(ssh_argv(lab, key, target) + [command], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def forward(lab, key, target: str, remote_port: int):
+    """An `ssh -N -L` tunnel from a local port to the VM's 127.0.0.1:remote_port; yields the local port."""
+    port = free_port()
+    proc = subprocess.Popen(ssh_argv(lab, key, target, "-N", "-o", "ExitOnForwardFailure=yes",
+                                     "-L", f"127.0.0.1:{port}:127.0.0.1:{remote_port}"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield port
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def http_get(url: str, timeout_s: float = 30) -> bytes:
+    def attempt():
+        try:
+            return urllib.request.urlopen(url, timeout=5).read()
+        except OSError:
+            return None
+    return wait_until(attempt, timeout_s, f"no answer from {url}", interval_s=0.1)
+
+
+def assert_vm_gone(lab, vm) -> None:
+    assert vm.instance_id not in lab.vms
+    assert vm.processes() == []
+    assert lab.leftovers() == []
+
+
+def test_gce_instance_becomes_a_vm_with_ssh_console_and_no_trace_after_delete(vm_lab, fake_gce, tmp_path):
+    key, public = ssh_keypair(tmp_path)
+    vm_lab.watch_gce(fake_gce)
+    gce_insert(fake_gce, "node-1", public, HTTP_SCRIPT)
+    vm = vm_lab.wait_for_vm("node-1")
+    assert vm.spec.public_ip.startswith("203.0.113.") and vm.spec.private_ip.startswith("10.128.0.")
+    assert f"Host {vm.spec.public_ip}\n  HostName {vm.spec.private_ip}\n" in vm_lab.ssh_config.read_text()
+    vm.wait_for_console("boot script done")
+    vm.wait_for_ssh()
+    target = f"dlrun@{vm.spec.public_ip}"
+
+    out = ssh(vm_lab, key, target, "cat /var/lib/dlrun/marker; id -un; echo $HOME; ip route; "
+                                   "python3 -c 'import orchestrator' 2>&1 | tail -1")
+    assert out.returncode == 0, out.stderr
+    marker, user, home, *rest = out.stdout.splitlines()
+    assert (marker, user, home) == ("marker from node-1", "dlrun", "/home/dlrun")
+    assert not any(line.startswith("default") for line in rest)  # no way off this machine
+    assert "No module named 'orchestrator'" in rest[-1]  # the project is not on the VM
+    assert ssh(vm_lab, key, f"root@{vm.spec.public_ip}", "true").returncode == 255  # no root login
+
+    with forward(vm_lab, key, target, 8000) as port:
+        assert http_get(f"http://127.0.0.1:{port}/marker") == b"marker from node-1\n"
+
+    serial = gce_client(fake_gce).get_serial_port_output(project=fake_gce.project, zone=ZONE,
+                                                         instance="node-1")
+    assert "boot script done" in serial.contents and int(serial.next_) == len(serial.contents.encode())
+    later = gce_client(fake_gce).get_serial_port_output(request=compute_v1.GetSerialPortOutputInstanceRequest(
+        project=fake_gce.project, zone=ZONE, instance="node-1", start=int(serial.next_)))
+    assert later.contents == "" and later.start == serial.next_
+
+    gce_delete(fake_gce, "node-1")
+    vm_lab.wait_gone("node-1")
+    assert_vm_gone(vm_lab, vm)
+    assert subprocess.run(["ip", "netns", "pids", vm.netns], capture_output=True).returncode != 0
+
+
+def test_ec2_instance_becomes_a_vm_with_ssh_console_and_no_trace_after_terminate(vm_lab, ec2_endpoint,
+                                                                                  tmp_path):
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=ec2_endpoint,
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    key = tmp_path / "dlrun-key"
+    key.write_text(ec2.create_key_pair(KeyName="dlrun-key", KeyType="ed25519")["KeyMaterial"])
+    key.chmod(0o600)
+    vm_lab.watch_ec2(ec2_endpoint, REGION)
+    (inst,) = ec2.run_instances(ImageId=MOTO_AMI, MinCount=1, MaxCount=1, InstanceType="t3.micro",
+                                KeyName="dlrun-key", UserData=HTTP_SCRIPT)["Instances"]
+    vm = vm_lab.wait_for_vm(inst["InstanceId"])
+    assert vm.spec.public_ip and vm.spec.private_ip == inst["PrivateIpAddress"]
+    vm.wait_for_console("boot script done")
+    vm.wait_for_ssh()
+
+    # moto's public IPs look real: they are routed to the VM, so a direct connection never leaves
+    route = subprocess.run(["ip", "route", "get", vm.spec.public_ip], capture_output=True, text=True).stdout
+    assert f"dev {vm_lab.net.bridge}" in route
+    with socket.create_connection((vm.spec.public_ip, 22), timeout=10) as conn:
+        assert conn.recv(7) == b"SSH-2.0"
+    out = ssh(vm_lab, key, f"ubuntu@{vm.spec.public_ip}", "cat /var/lib/dlrun/marker; id -un")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1] == "ubuntu"
+    console = ec2.get_console_output(InstanceId=inst["InstanceId"])["Output"]
+    assert "boot script done" in console
+
+    ec2.terminate_instances(InstanceIds=[inst["InstanceId"]])
+    vm_lab.wait_gone(inst["InstanceId"])
+    assert_vm_gone(vm_lab, vm)
+    assert "boot script done" in ec2.get_console_output(InstanceId=inst["InstanceId"])["Output"]
+
+
+def test_vms_reach_each_other_by_private_ip_and_nothing_else_is_shared(vm_lab, fake_gce, tmp_path):
+    _, public = ssh_keypair(tmp_path)
+    vm_lab.watch_gce(fake_gce)
+    gce_insert(fake_gce, "node-a", public)
+    gce_insert(fake_gce, "node-b", public)
+    a, b = vm_lab.wait_for_vm("node-a"), vm_lab.wait_for_vm("node-b")
+    a.wait_for_ssh()
+    b.wait_for_ssh()
+    banner = "timeout 5 bash -c 'exec 3<>/dev/tcp/{}/22; head -c 7 <&3'"
+    assert a.run(banner.format(b.spec.private_ip)).stdout == "SSH-2.0"
+    assert b.run(banner.format(a.spec.private_ip)).stdout == "SSH-2.0"
+    assert "unreachable" in a.run("ip route get 192.0.2.2").stderr.lower()
+    a.run("echo only-a > /tmp/file; echo only-a > /var/lib/dlrun/file", check=True)
+    assert b.run("cat /tmp/file /var/lib/dlrun/file").returncode != 0
+    assert a.run("hostname").stdout.strip() == "node-a" and a.run("id -un", user="dlrun").stdout == "dlrun\n"
+    assert [p for p in a.run("ps -eo comm=").stdout.split() if p == "sshd"] == ["sshd"]  # its own only
+    fake_gce.preempt("node-a")
+    vm_lab.wait_gone("node-a")
+    assert_vm_gone(vm_lab, a)
+    assert "node-b" in vm_lab.vms
+
+
+def test_sshd_delay_makes_ssh_wait(vm_lab, fake_gce, tmp_path):
+    key, public = ssh_keypair(tmp_path)
+    vm_lab.sshd_delay_s = 1.5
+    vm_lab.watch_gce(fake_gce)
+    gce_insert(fake_gce, "slow-ssh", public)
+    vm = vm_lab.wait_for_vm("slow-ssh")
+    with pytest.raises(ConnectionRefusedError):  # the VM runs, its sshd does not yet
+        socket.create_connection((vm.spec.public_ip, 22), timeout=5).close()
+    wait_until(lambda: ssh(vm_lab, key, f"dlrun@{vm.spec.public_ip}", "true").returncode == 0, 30,
+               "sshd never came up", interval_s=0.2)
+
+
+RAY_SCRIPT = """#!/bin/bash
+set -ex
+python3 -m venv --system-site-packages /opt/dlrun/venv
+/opt/dlrun/venv/bin/pip install 'ray[default,train]==2.60.0' torch numpy scikit-learn
+export RAY_USAGE_STATS_ENABLED=0
+/opt/dlrun/venv/bin/python -m ray.scripts.scripts start --head --disable-usage-stats --num-cpus 1
+echo "ray head is up"
+"""
+
+
+@pytest.mark.ray  # slow: a venv, pip and a real Ray head inside a VM
+def test_image_creates_a_venv_offline_and_runs_a_ray_head_behind_ssh(vm_lab, fake_gce, tmp_path):
+    key, public = ssh_keypair(tmp_path)
+    vm_lab.watch_gce(fake_gce)
+    gce_insert(fake_gce, "ray-head", public, RAY_SCRIPT)
+    vm = vm_lab.wait_for_vm("ray-head")
+    vm.wait_for_console("ray head is up", timeout_s=120)
+    vm.wait_for_ssh()
+    with forward(vm_lab, key, f"dlrun@{vm.spec.public_ip}", 8265) as port:
+        version = json.loads(http_get(f"http://127.0.0.1:{port}/api/version"))
+    assert version["ray_version"] == "2.60.0"
+    with pytest.raises(OSError):  # the dashboard listens on the VM's loopback only
+        socket.create_connection((vm.spec.private_ip, 8265), timeout=5).close()
+    ray_pids = [pid for pid, comm in vm.processes() if comm in ("raylet", "gcs_server")]
+    assert len(ray_pids) == 2
+    gce_delete(fake_gce, "ray-head")
+    vm_lab.wait_gone("ray-head")
+    assert_vm_gone(vm_lab, vm)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in ray_pids)
