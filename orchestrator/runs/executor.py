@@ -20,6 +20,7 @@ from orchestrator.cli.render.display import JobView, PlainDisplay
 from orchestrator.runs.entrypoint import checkpoint_location, run_key
 from orchestrator.errors import (CloudCredentialsError, JobFailedError, NothingFitsError,
                                  ProvisioningFailedError)
+from orchestrator.paths import node_poll_s as node_poll_default
 from orchestrator.planning.planner import restrict
 from orchestrator.planning.spec import JobSpec
 from orchestrator.state.db import LIVE, Store, default_store
@@ -120,7 +121,7 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
     key = run_key(spec) if row["schedule_id"] is None else job_id
     ctx = AttemptContext(job_id=job_id, spec=spec, store=store, display=display, view=view,
                          checkpoint=checkpoint_location(spec, key), poll_s=poll_s,
-                         node_poll_s=node_poll_s or float(os.environ.get("DLRUN_NODE_POLL_S", 5.0)),
+                         node_poll_s=node_poll_s if node_poll_s is not None else node_poll_default(),
                          clock=clock, jobs_client=jobs_client)
     blocked: set[str] = set()
     tried: list[str] = []
@@ -241,7 +242,9 @@ def _finish(job_id, spec, outcome: Outcome, store: Store, display, view) -> Subm
         fields["actual_run_seconds"] = outcome.run_seconds
     if outcome.result:
         fields["metrics_json"] = json.dumps(outcome.result)
-    store.set_status(job_id, status, outcome.detail, **fields)
+    if not store.set_status(job_id, status, outcome.detail, **fields):
+        status = store.get_job(job_id)["status"]  # ended meanwhile (`dlrun cancel`): that status stands
+        store.update_job(job_id, **fields)
     view.phase = status.lower()
     display.update(view)
     acc = outcome.result.get("accuracy")
@@ -249,4 +252,4 @@ def _finish(job_id, spec, outcome: Outcome, store: Store, display, view) -> Subm
                     + f" — cost ${store.get_job(job_id)['actual_cost'] or 0:.4f}")
     if status == "FAILED":
         raise JobFailedError(f"job {job_id} failed on {view.backend}; see `dlrun logs {job_id}`")
-    return SubmitResult(job_id, status, EXIT_BY_STATUS[status], outcome.result)
+    return SubmitResult(job_id, status, EXIT_BY_STATUS.get(status, 1), outcome.result)

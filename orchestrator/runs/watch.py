@@ -37,14 +37,18 @@ class Watcher:
     result: dict = field(default_factory=dict)
     log_path: object = None  # the job's log is kept here too: readable after the cluster is gone
 
-    def _consume_logs(self) -> None:
+    def _consume_logs(self, final: bool = False) -> None:
         try:
             text = self.jobs.logs(self.submission_id)
         except Exception:
             return
         if len(text) < self._log_len:
             self._log_len = 0
-        fresh, self._log_len = text[self._log_len:], len(text)
+        # only whole lines: a line still being written is read complete at the next poll
+        end = text.rfind("\n", self._log_len) + 1 if not final else len(text)
+        if end <= self._log_len:
+            return
+        fresh, self._log_len = text[self._log_len:end], end
         if fresh and self.log_path is not None:
             with open(self.log_path, "a") as f:
                 f.write(fresh)
@@ -123,7 +127,7 @@ class Watcher:
                 self.on_event("ray_status", {"status": status})
                 if status == "RUNNING":
                     self.view.phase = "running"
-            self._consume_logs()
+            self._consume_logs(final=status in TERMINAL_RAY_STATUSES)
             self.display.update(self.view)
             if status in TERMINAL_RAY_STATUSES:
                 return Outcome(status, result=self.result, run_seconds=self._run_seconds())

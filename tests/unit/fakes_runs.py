@@ -1,0 +1,281 @@
+"""Fakes at the boundaries of the job run loop (no Ray head, no cloud), shared by test_run_loop and test_watch.
+
+    FakeClock        a callable clock that moves only when told (FakeJobs.status moves it one poll)
+    FakeBackend      a provider (aws/gcp, the registry's real capabilities) driven by a launch script;
+                     records every call, so a test can check that nothing was left behind
+    FakeJobs         the Ray Jobs API of one cluster, driven by a status script; logs grow as it goes
+    JobsFactory      address -> FakeJobs, one per attempt (execute's `jobs_client`)
+    RecordingDisplay what the run loop showed
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from infra import capabilities
+from infra.base import Cluster, Connection, Node, NodeState
+
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+def metric(**data) -> str:
+    return "DLRUN_METRIC " + json.dumps(data, separators=(",", ":"))
+
+
+def result(**data) -> str:
+    return "DLRUN_RESULT " + json.dumps(data, separators=(",", ":"))
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_700_000_000.0):
+        self.t = float(start)
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class RecordingDisplay:
+    def __init__(self, cancel: bool = True):
+        self.updates: list[str] = []
+        self.logs: list[str] = []
+        self.messages: list[str] = []
+        self.cancel = cancel
+        self.cancel_asked = 0
+
+    def update(self, view) -> None:
+        self.updates.append(view.phase)
+
+    def log(self, line: str) -> None:
+        self.logs.append(line)
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
+
+    def confirm_cancel(self) -> bool:
+        self.cancel_asked += 1
+        return self.cancel
+
+
+# --- the provider ---------------------------------------------------------------------------------
+
+@dataclass
+class Up:
+    """A launch that succeeds. preempt_after: from this status() call on (1-based) the nodes are
+    'preempted'; status_errors: the status() calls that raise (the provider's API is down)."""
+
+    preempt_after: int | None = None
+    status_errors: tuple[int, ...] = ()
+    lost_status: str = "preempted"
+
+
+class Leak:
+    """A launch that creates the cluster (found later by list_owned) and then fails with `error`."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+class FakeBackend:
+    """`script`: a list consumed one item per launch (then `default`), or a dict offer key -> item,
+    or a callable(request) -> item. An item is an exception to raise, an Up, or a Leak."""
+
+    def __init__(self, name: str, script=None, *, default=None, clock: FakeClock | None = None,
+                 launch_seconds: float = 0.0, launched_at_offset: float = 0.0, connect_errors=()):
+        self.name = name
+        self.capabilities = capabilities(name)
+        self.script = script if script is not None else []
+        self.default = default if default is not None else Up()
+        # launch() takes launch_seconds of the fake clock; the cloud reports the instances' launch time
+        # (Cluster.launched_at, wall clock) launched_at_offset seconds after launch() was called
+        self.clock, self.launch_seconds, self.launched_at_offset = clock, launch_seconds, launched_at_offset
+        self.connect_errors = list(connect_errors)  # raised by the next connect() calls, one each
+        self.requests = []          # every ClusterRequest passed to launch
+        self.launched: list[str] = []   # cluster ids that came up (launch returned, or Leak)
+        self.live: dict[str, Cluster] = {}
+        self.behaviour: dict[str, Up] = {}
+        self.status_calls: Counter = Counter()
+        self.status_times: list[float] = []
+        self.terminated: list[str] = []
+        self.connections: list[Connection] = []
+        self.closed: list[str] = []
+        self.list_owned_calls = 0
+
+    def _next(self, request):
+        if callable(self.script):
+            return self.script(request)
+        if isinstance(self.script, dict):
+            return self.script.get(request.offer.key, self.default)
+        return self.script.pop(0) if self.script else self.default
+
+    def _cluster(self, request, launched_at: float | None = None) -> Cluster:
+        o = request.offer
+        nodes = [Node(f"{request.cluster_id}-n{i}", private_ip=f"10.0.0.{i + 2}", zone=f"{o.region}-a",
+                      is_head=i == 0) for i in range(request.num_nodes)]
+        return Cluster(cluster_id=request.cluster_id, provider=self.name, region=o.region, zone=f"{o.region}-a",
+                       instance_type=o.instance_type, spot=request.spot, price_per_hour=o.hourly(request.spot),
+                       nodes=nodes, job_id=request.job_id,
+                       launched_at=time.time() if launched_at is None else launched_at)
+
+    def launch(self, request) -> Cluster:
+        launched_at = time.time() + self.launched_at_offset
+        self.requests.append(request)
+        if self.clock is not None:
+            self.clock.advance(self.launch_seconds)
+        item = self._next(request)
+        if isinstance(item, Leak):
+            self.launched.append(request.cluster_id)
+            self.live[request.cluster_id] = self._cluster(request, launched_at)
+            raise item.error
+        if isinstance(item, BaseException):
+            raise item
+        cluster = self._cluster(request, launched_at)
+        self.launched.append(cluster.cluster_id)
+        self.live[cluster.cluster_id] = cluster
+        self.behaviour[cluster.cluster_id] = item
+        return cluster
+
+    def status(self, cluster: Cluster) -> list[NodeState]:
+        cid = cluster.cluster_id
+        self.status_calls[cid] += 1
+        n = self.status_calls[cid]
+        if self.clock is not None:
+            self.status_times.append(self.clock())
+        if cid not in self.live:
+            return [NodeState(node.node_id, "gone") for node in cluster.nodes]
+        b = self.behaviour.get(cid, Up())
+        if n in b.status_errors:
+            raise RuntimeError(f"{self.name} API unavailable (call {n})")
+        lost = b.preempt_after is not None and n >= b.preempt_after
+        return [NodeState(node.node_id, b.lost_status if lost else "running", "spot reclaimed" if lost else "")
+                for node in cluster.nodes]
+
+    def connect(self, cluster: Cluster) -> Connection:
+        if self.connect_errors:
+            raise self.connect_errors.pop(0)
+        cid = cluster.cluster_id
+        conn = Connection("http://fake-head", on_close=lambda: self.closed.append(cid))
+        self.connections.append(conn)
+        return conn
+
+    def terminate(self, cluster: Cluster) -> None:
+        self.terminated.append(cluster.cluster_id)
+        self.live.pop(cluster.cluster_id, None)
+
+    def list_owned(self) -> list[Cluster]:
+        self.list_owned_calls += 1
+        return list(self.live.values())
+
+    def offers(self):  # the Provider protocol; the planner reads the catalog, not this
+        return []
+
+    def assert_clean(self) -> None:
+        """Every cluster that came up was terminated exactly once; every connection was closed once."""
+        counts = Counter(self.terminated)
+        assert sorted(counts) == sorted(self.launched), (self.launched, self.terminated)
+        assert all(v == 1 for v in counts.values()), counts
+        assert not self.live, self.live
+        assert len(self.closed) == len(self.connections), (self.closed, self.connections)
+        assert all(c._on_close is None for c in self.connections)  # Connection.close() ran
+
+
+def providers(*backends: FakeBackend):
+    """execute's get_provider over these backends (an unknown name is a test error)."""
+    by_name = {b.name: b for b in backends}
+    return lambda name: by_name[name]
+
+
+# --- the Ray Jobs API -----------------------------------------------------------------------------
+
+class FakeJobs:
+    """`script`: one step per status() call, then the last step's status forever. A step is a status
+    string, an exception to raise, or (status_or_exception, log text appended at that poll).
+    Every status() call first moves the clock by `dt` seconds (the time between two polls)."""
+
+    def __init__(self, address: str, script, clock: FakeClock, dt: float = 60.0, on_status=None):
+        self.address = address
+        self.script = list(script)
+        self.clock, self.dt = clock, dt
+        self.on_status = on_status  # called with (self, poll number) after each status()
+        self.text = ""
+        self.polls = 0
+        self.submitted: list[dict] = []
+        self.stopped: list[str] = []
+        self.logs_calls = 0
+        self.logs_error: BaseException | None = None
+        self.start_ms: float | None = None
+        self.end_ms: float | None = None
+
+    def submit(self, **kw) -> str:
+        self.submitted.append(kw)
+        return kw["submission_id"]
+
+    def _step(self, i: int):
+        step = self.script[min(i, len(self.script) - 1)]
+        what, text = step if isinstance(step, tuple) else (step, "")
+        return what, (text if i < len(self.script) else "")
+
+    def status(self, submission_id: str) -> str:
+        self.clock.advance(self.dt)
+        what, text = self._step(self.polls)
+        self.polls += 1
+        if text:
+            self.text += text if text.endswith("\n") or not text else text + "\n"
+        if self.on_status is not None:
+            self.on_status(self, self.polls)
+        if isinstance(what, BaseException):
+            raise what
+        if what == "RUNNING" and self.start_ms is None:
+            self.start_ms = self.clock() * 1000
+        if what in TERMINAL and self.end_ms is None:
+            self.end_ms = self.clock() * 1000
+            self.start_ms = self.start_ms if self.start_ms is not None else self.end_ms
+        return what
+
+    def logs(self, submission_id: str) -> str:
+        self.logs_calls += 1
+        if self.logs_error is not None:
+            raise self.logs_error
+        return self.text
+
+    def stop(self, submission_id: str) -> bool:
+        self.stopped.append(submission_id)
+        return True
+
+    def info(self, submission_id: str):
+        return SimpleNamespace(start_time=self.start_ms, end_time=self.end_ms)
+
+
+class RawLogJobs(FakeJobs):
+    """FakeJobs whose log text is appended verbatim (no newline added): partial lines are possible."""
+
+    def status(self, submission_id: str) -> str:
+        self.clock.advance(self.dt)
+        what, text = self._step(self.polls)
+        self.polls += 1
+        self.text += text
+        if isinstance(what, BaseException):
+            raise what
+        return what
+
+
+class JobsFactory:
+    """execute's jobs_client: one FakeJobs per attempt, each with the next script (then the last).
+    dt: seconds between two polls, or a list of them, one per attempt (then the last)."""
+
+    def __init__(self, clock: FakeClock, *scripts, dt: float = 60.0, on_status=None):
+        self.clock, self.scripts, self.dt, self.on_status = clock, list(scripts), dt, on_status
+        self.clients: list[FakeJobs] = []
+
+    def __call__(self, address: str) -> FakeJobs:
+        script = self.scripts[min(len(self.clients), len(self.scripts) - 1)]
+        dts = self.dt if isinstance(self.dt, (list, tuple)) else [self.dt]
+        dt = dts[min(len(self.clients), len(dts) - 1)]
+        client = FakeJobs(address, script, self.clock, dt, self.on_status)
+        self.clients.append(client)
+        return client

@@ -1,0 +1,678 @@
+"""The job run loop (orchestrator/runs/executor.py + attempt.py) against fake backends and a fake Ray
+Jobs API: plan -> launch -> submit -> watch -> teardown, failover, recovery, restarts and the budget.
+
+The real planner plans over the real catalog; only the provider, the Jobs API client and the clock
+are fakes (tests/unit/fakes_runs.py). Every test also checks that nothing is left behind: each
+launched cluster terminated exactly once, each connection closed, no live cluster row in the store.
+"""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import ray  # noqa: F401  (run_attempt imports it between two clock readings: imported once, here)
+
+from infra.base import CapacityError, CredentialsError, ProvisionError, QuotaError
+from orchestrator.errors import (EXIT_CREDENTIALS, EXIT_PROVISIONING, CloudCredentialsError, JobFailedError,
+                                 ProvisioningFailedError)
+from orchestrator.paths import job_log_path
+from orchestrator.planning.spec import parse_job
+from orchestrator.runs.executor import BudgetExhaustedError, execute, make_plan, record_job
+from orchestrator.state.db import Store
+from tests.unit.fakes_runs import (FakeBackend, FakeClock, JobsFactory, Leak, RecordingDisplay, Up, metric,
+                                   providers, result)
+
+AWS_JOB = """
+name: fake-train
+run: python train.py
+resources:
+  clouds: [aws]
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_env_hooks(monkeypatch):
+    monkeypatch.delenv("DLRUN_TEST_HEAD_ADDRESS", raising=False)  # test hook: a cloud head served locally
+    monkeypatch.delenv("DLRUN_NODE_POLL_S", raising=False)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "state.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+def new_job(store, text=AWS_JOB, **extra):
+    """Plan and record a job as executor.submit does (without running it)."""
+    if extra:
+        text += "".join(f"{k}: {v}\n" for k, v in extra.items())
+    spec = parse_job(text, "job.yaml")
+    plan = make_plan(spec, store=store)
+    return spec, plan, record_job(spec, plan, store=store)
+
+
+def run(job_id, store, plan, backends, jobs, clock, display=None, node_poll_s=120.0, **kw):
+    return execute(job_id, store=store, display=display or RecordingDisplay(), first_plan=plan, poll_s=0.001,
+                   node_poll_s=node_poll_s, clock=clock, get_provider=providers(*backends), jobs_client=jobs, **kw)
+
+
+def statuses(store, job_id) -> list[str]:
+    return [e["status"] for e in store.events(job_id) if e["kind"] == "status"]
+
+
+def events(store, job_id, kind) -> list[dict]:
+    return [json.loads(e["detail"]) if e["detail"] else {} for e in store.events(job_id) if e["kind"] == kind]
+
+
+def assert_nothing_left(store, job_id, *backends):
+    for b in backends:
+        b.assert_clean()
+    assert store.clusters(live_only=True) == []
+    assert all(c["state"] == "terminated" and c["terminated_at"] for c in store.job_clusters(job_id))
+
+
+def price(cand) -> float:
+    return cand.offer.hourly(cand.spot)
+
+
+def node_cost(seconds: float, per_hour: float):
+    """seconds x price as pytest.approx: billing starts at the cloud's launch time, a wall-clock reading
+    (a few ms of real time move it; a second of node time is the tolerance)."""
+    return pytest.approx(seconds * per_hour / 3600, abs=per_hour / 3600)
+
+
+SPOT_JOB = AWS_JOB.replace("clouds: [aws]", "clouds: [aws]\n  spot: always")
+
+
+SUCCESS = [("PENDING", "installing packages"),
+           ("RUNNING", "epoch 1 starting\n" + metric(epoch=1, epochs=2, loss=0.9, accuracy=0.5)),
+           ("RUNNING", metric(epoch=2, epochs=2, loss=0.4, accuracy=0.8)),
+           ("SUCCEEDED", result(accuracy=0.93, loss=0.2) + "\nbye")]
+
+
+# --- (1) the success path --------------------------------------------------------------------------
+
+def test_success_records_result_cost_and_tears_down(store, clock):
+    spec, plan, job_id = new_job(store)
+    chosen = plan.chosen
+    aws = FakeBackend("aws", clock=clock, launch_seconds=300)
+    jobs = JobsFactory(clock, SUCCESS, dt=60)
+    display = RecordingDisplay()
+    t0 = clock()
+
+    res = run(job_id, store, plan, [aws], jobs, clock, display=display)
+
+    assert (res.status, res.exit_code, res.job_id) == ("SUCCEEDED", 0, job_id)
+    assert res.result == {"accuracy": 0.93, "loss": 0.2}
+    row = store.get_job(job_id)
+    assert row["status"] == "SUCCEEDED" and row["ended_at"] and row["started_at"]
+    assert json.loads(row["metrics_json"]) == {"accuracy": 0.93, "loss": 0.2}
+    assert (row["attempts"], row["preemptions"]) == (1, 0)
+    assert (row["backend"], row["offer_key"], row["spot"]) == ("aws", chosen.offer.key, int(chosen.spot))
+    assert row["ray_submission_id"] == f"dlrun-{job_id}-1" and row["ray_address"] == "http://fake-head"
+    assert row["actual_run_seconds"] == pytest.approx(2 * 60)  # RUNNING at poll 2, SUCCEEDED at poll 4
+    # cost = node-seconds (launch + 4 polls of the fake clock) x the launch price
+    assert row["price_per_hour"] == pytest.approx(price(chosen))
+    assert clock() - t0 == pytest.approx(300 + 4 * 60)
+    assert row["actual_cost"] > 0
+    assert row["actual_cost"] == node_cost(300 + 4 * 60, price(chosen))
+    assert statuses(store, job_id) == ["PENDING", "PROVISIONING", "SUBMITTED", "RUNNING", "SUCCEEDED"]
+    assert [e["status"] for e in events(store, job_id, "ray_status")] == ["PENDING", "SUCCEEDED"]
+    # what was launched and submitted
+    (request,) = aws.requests
+    assert (request.offer.key, request.spot, request.num_nodes, request.job_id) == \
+        (chosen.offer.key, chosen.spot, 1, job_id)
+    (client,) = jobs.clients
+    (sub,) = client.submitted
+    assert sub["entrypoint"] == "python train.py" and sub["submission_id"] == f"dlrun-{job_id}-1"
+    assert sub["runtime_env"]["env_vars"]["DLRUN_JOB_ID"] == job_id
+    assert sub["metadata"]["attempt"] == 1 and sub["metadata"]["backend"] == "aws"
+    assert client.stopped == []  # a finished Ray job is not stopped
+    # the log is kept, every line once; plain lines went to the display
+    assert job_log_path(job_id).read_text() == client.text
+    assert display.logs == ["installing packages", "epoch 1 starting", "bye"]
+    assert "SUCCEEDED" in display.messages[-1] and "0.9300" in display.messages[-1]
+    crow = store.get_cluster(request.cluster_id)
+    assert crow["price_per_hour"] == pytest.approx(price(chosen)) and crow["zone"] == f"{chosen.offer.region}-a"
+    assert_nothing_left(store, job_id, aws)
+
+
+@pytest.mark.parametrize("offset, billed", [
+    (0, 300 + 3 * 60),     # instances launched when asked: the whole launch is billed
+    (100, 200 + 3 * 60),   # the cloud reports them launched 100 s into the 300 s launch
+    (1000, 3 * 60),        # a launch time after launch() returned is clipped to that moment
+])
+def test_billing_starts_at_the_clouds_launch_time(store, clock, offset, billed):
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws", clock=clock, launch_seconds=300, launched_at_offset=offset)
+    run(job_id, store, plan, [aws], JobsFactory(clock, ["PENDING", "RUNNING", "SUCCEEDED"], dt=60), clock)
+
+    assert store.get_job(job_id)["actual_cost"] == node_cost(billed, price(plan.chosen))
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_terminal_status_is_never_overwritten(store, clock):
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws")
+    run(job_id, store, plan, [aws], JobsFactory(clock, SUCCESS), clock)
+    before = (store.get_job(job_id)["status"], store.get_job(job_id)["ended_at"], len(store.events(job_id)))
+
+    assert store.set_status(job_id, "RUNNING") is False
+    assert store.set_status(job_id, "FAILED", "late failure", message="nope") is False
+    assert store.set_status(job_id, "SUCCEEDED") is False
+
+    row = store.get_job(job_id)
+    assert (row["status"], row["ended_at"], len(store.events(job_id))) == before
+    assert row["message"] is None
+
+
+def test_external_cancel_mid_run_is_kept(store, clock):
+    """`dlrun cancel` marks the job CANCELLED and stops the Ray job; the loop's own final status
+    (from Ray's STOPPED) does not write over it."""
+    _, plan, job_id = new_job(store)
+
+    def cancel_at_poll_2(client, poll):
+        if poll == 2:
+            assert store.set_status(job_id, "CANCELLED", "dlrun cancel")
+
+    jobs = JobsFactory(clock, ["RUNNING", "RUNNING", "STOPPED"], on_status=cancel_at_poll_2)
+    aws = FakeBackend("aws")
+    res = run(job_id, store, plan, [aws], jobs, clock)
+
+    assert (res.status, res.exit_code) == ("CANCELLED", 130)
+    assert store.get_job(job_id)["status"] == "CANCELLED"
+    cancelled = [e for e in store.events(job_id) if e["kind"] == "status" and e["status"] == "CANCELLED"]
+    assert [e["detail"] for e in cancelled] == ["dlrun cancel"]
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_result_matches_the_stored_status_after_an_external_cancel(store, clock):
+    _, plan, job_id = new_job(store)
+
+    def cancel_at_poll_2(client, poll):
+        if poll == 2:
+            store.set_status(job_id, "CANCELLED", "dlrun cancel")
+
+    jobs = JobsFactory(clock, ["RUNNING", "RUNNING", "SUCCEEDED"], on_status=cancel_at_poll_2)
+    res = run(job_id, store, plan, [FakeBackend("aws")], jobs, clock)
+
+    assert store.get_job(job_id)["status"] == "CANCELLED"
+    assert res.status == "CANCELLED"
+
+
+# --- (2) failover on provider errors ----------------------------------------------------------------
+
+@pytest.mark.parametrize("error, blocked", [
+    (CapacityError("no g-instance capacity in the zone", cloud="aws"), "offer"),
+    (ProvisionError("instance stopped while starting", cloud="aws"), "offer"),
+    (QuotaError("vCPU quota exhausted", cloud="aws"), "region"),
+])
+def test_provider_error_on_first_candidate_fails_over(store, clock, error, blocked):
+    _, plan, job_id = new_job(store)
+    first = plan.chosen
+    aws = FakeBackend("aws", [error], clock=clock, launch_seconds=120)
+    display = RecordingDisplay()
+
+    res = run(job_id, store, plan, [aws], JobsFactory(clock, SUCCESS, dt=60), clock, display=display)
+
+    assert res.status == "SUCCEEDED"
+    r1, r2 = aws.requests
+    assert (r1.offer.key, r1.spot) == (first.offer.key, first.spot)
+    if blocked == "offer":  # both markets of that offer are out
+        assert r2.offer.key != first.offer.key
+    else:
+        assert r2.offer.region != first.offer.region
+    assert events(store, job_id, "provision_failed") == [{"offer": first.offer.key, "error": error.message}]
+    assert any("trying the next candidate" in m and error.message in m for m in display.messages)
+    row = store.get_job(job_id)
+    assert row["attempts"] == 2 and row["offer_key"] == r2.offer.key
+    assert statuses(store, job_id) == ["PENDING", "PROVISIONING", "PLANNING", "PROVISIONING", "SUBMITTED",
+                                       "RUNNING", "SUCCEEDED"]
+    assert aws.launched == [r2.cluster_id]  # the failed launch left nothing for dlrun to remove
+    assert store.get_cluster(r1.cluster_id)["state"] == "terminated"
+    # the failed launch rolled back: nothing billed for it; the second cluster from its launch on
+    assert row["actual_cost"] == node_cost(120 + 4 * 60, r2.offer.hourly(r2.spot))
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_global_quota_blocks_the_cloud_and_moves_on(store, clock):
+    spec, plan, job_id = new_job(store, AWS_JOB.replace("[aws]", "[aws, gcp]"))
+    first = plan.chosen
+    backends = {c: FakeBackend(c) for c in ("aws", "gcp")}
+    backends[first.offer.cloud].script = [QuotaError("GPUs (all regions) quota is 0", global_quota=True)]
+    other = "gcp" if first.offer.cloud == "aws" else "aws"
+
+    res = run(job_id, store, plan, backends.values(), JobsFactory(clock, SUCCESS), clock)
+
+    assert res.status == "SUCCEEDED"
+    assert len(backends[first.offer.cloud].requests) == 1
+    assert len(backends[other].requests) == 1 and store.get_job(job_id)["backend"] == other
+    assert_nothing_left(store, job_id, *backends.values())
+
+
+# --- (3)/(4) failing everywhere ---------------------------------------------------------------------
+
+def test_credentials_refused_on_every_cloud(store, clock):
+    _, plan, job_id = new_job(store, AWS_JOB.replace("[aws]", "[aws, gcp]"))
+    aws = FakeBackend("aws", default=CredentialsError("AWS credentials not found; run `aws configure`",
+                                                      cloud="aws"))
+    gcp = FakeBackend("gcp", default=CredentialsError("no GCP credentials; run `gcloud auth "
+                                                      "application-default login`", cloud="gcp"))
+
+    with pytest.raises(CloudCredentialsError) as ei:
+        run(job_id, store, plan, [aws, gcp], JobsFactory(clock, SUCCESS), clock)
+
+    assert ei.value.exit_code == EXIT_CREDENTIALS == 4
+    msg = ei.value.message
+    assert "aws " in msg and "aws configure" in msg and "gcp " in msg and "gcloud auth" in msg
+    assert len(aws.requests) == 1 and len(gcp.requests) == 1  # a credentials error blocks the whole cloud
+    row = store.get_job(job_id)
+    assert row["status"] == "FAILED" and "aws configure" in row["message"]
+    assert len(events(store, job_id, "provision_failed")) == 2
+    assert aws.launched == gcp.launched == []
+    assert_nothing_left(store, job_id, aws, gcp)
+
+
+def test_provisioning_fails_everywhere(store, clock):
+    text = """
+name: fake-train
+run: python train.py
+resources:
+  accelerators: T4:1
+  clouds: [aws, gcp]
+  regions: [us-east-1, us-central1]
+"""
+    _, plan, job_id = new_job(store, text)
+    aws_keys = {c.offer.key for c in plan.candidates if c.feasible and c.offer.cloud == "aws"}
+    assert len(aws_keys) >= 2 and any(c.feasible and c.offer.cloud == "gcp" for c in plan.candidates)
+    aws = FakeBackend("aws", default=ProvisionError("instance stopped while starting: Server.InternalError",
+                                                    cloud="aws"))
+    gcp = FakeBackend("gcp", default=QuotaError("NVIDIA_T4_GPUS quota exceeded in us-central1", cloud="gcp",
+                                                region="us-central1"))
+
+    with pytest.raises(ProvisioningFailedError) as ei:
+        run(job_id, store, plan, [aws, gcp], JobsFactory(clock, SUCCESS), clock)
+
+    assert ei.value.exit_code == EXIT_PROVISIONING == 5
+    assert "provisioning failed everywhere" in ei.value.message and "quota exceeded" in ei.value.message
+    # an offer-scope error blocks that offer (both markets): each aws offer tried once;
+    # a region-scope error blocks the region: one gcp launch
+    assert sorted(r.offer.key for r in aws.requests) == sorted(aws_keys)
+    assert len(gcp.requests) == 1
+    assert store.get_job(job_id)["status"] == "FAILED"
+    assert len(events(store, job_id, "provision_failed")) == len(aws_keys) + 1
+    assert_nothing_left(store, job_id, aws, gcp)
+
+
+def test_mixed_credentials_and_capacity_is_a_provisioning_failure(store, clock):
+    text = AWS_JOB.replace("[aws]", "[aws, gcp]").replace("clouds", "accelerators: T4:1\n  regions: "
+                                                          "[us-east-1, us-central1]\n  clouds")
+    _, plan, job_id = new_job(store, text)
+    aws = FakeBackend("aws", default=CredentialsError("AWS credentials expired", cloud="aws"))
+    gcp = FakeBackend("gcp", default=CapacityError("ZONE_RESOURCE_POOL_EXHAUSTED", cloud="gcp"))
+
+    with pytest.raises(ProvisioningFailedError) as ei:
+        run(job_id, store, plan, [aws, gcp], JobsFactory(clock, SUCCESS), clock)
+
+    assert ei.value.exit_code == 5 and "AWS credentials expired" in ei.value.message
+    assert len(aws.requests) == 1
+    assert_nothing_left(store, job_id, aws, gcp)
+
+
+def test_unexpected_launch_error_removes_what_the_launch_made(store, clock):
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws", [Leak(RuntimeError("boto3 blew up"))])
+
+    with pytest.raises(RuntimeError, match="boto3 blew up"):
+        run(job_id, store, plan, [aws], JobsFactory(clock, SUCCESS), clock)
+
+    assert aws.list_owned_calls == 1  # found by its tags and terminated
+    assert store.get_job(job_id)["status"] == "FAILED"
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_ctrl_c_during_launch_cancels_and_cleans_up(store, clock):
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws", [Leak(KeyboardInterrupt())])
+
+    with pytest.raises(KeyboardInterrupt):
+        run(job_id, store, plan, [aws], JobsFactory(clock, SUCCESS), clock)
+
+    assert store.get_job(job_id)["status"] == "CANCELLED"
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_ctrl_c_while_watching_stops_the_ray_job(store, clock):
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws")
+    jobs = JobsFactory(clock, ["RUNNING", KeyboardInterrupt()])
+    display = RecordingDisplay(cancel=True)
+
+    res = run(job_id, store, plan, [aws], jobs, clock, display=display)
+
+    assert (res.status, res.exit_code) == ("CANCELLED", 130)
+    assert display.cancel_asked == 1
+    assert jobs.clients[0].stopped == [f"dlrun-{job_id}-1"]  # once: by the watcher, not again at teardown
+    assert events(store, job_id, "cancel_requested") == [{"by": "Ctrl-C"}]
+    assert store.get_job(job_id)["status"] == "CANCELLED"
+    assert_nothing_left(store, job_id, aws)
+
+
+HEAD_SILENT = ProvisionError("the Ray head of the cluster did not answer within 900 s", cloud="aws")
+
+
+def test_cluster_whose_head_never_answers_fails_over(store, clock):
+    """connect() raising a ProviderError (boot failed, the head never answered) is a provisioning
+    failure: that cluster is torn down (and paid for), the offer blocked, the next candidate tried."""
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws", clock=clock, launch_seconds=200, connect_errors=[HEAD_SILENT])
+
+    res = run(job_id, store, plan, [aws], JobsFactory(clock, SUCCESS, dt=60), clock)
+
+    assert res.status == "SUCCEEDED"
+    r1, r2 = aws.requests
+    assert r1.offer.key == plan.chosen.offer.key and r2.offer.key != r1.offer.key
+    assert aws.terminated == [r1.cluster_id, r2.cluster_id]
+    assert events(store, job_id, "provision_failed") == [{"offer": r1.offer.key, "error": HEAD_SILENT.message}]
+    assert len(aws.connections) == 1  # the failed connect opened nothing
+    p1, p2 = price(plan.chosen), r2.offer.hourly(r2.spot)
+    assert store.get_job(job_id)["actual_cost"] == pytest.approx((200 * p1 + (200 + 4 * 60) * p2) / 3600,
+                                                                 abs=(p1 + p2) / 3600)
+    assert_nothing_left(store, job_id, aws)
+
+
+# --- (5) preemption and recovery --------------------------------------------------------------------
+
+PREEMPTED_RUN = [("RUNNING", metric(epoch=1, epochs=4, loss=1.0)), "RUNNING"]
+RESUMED_RUN = [("RUNNING", metric(event="resumed", epoch=1)), ("RUNNING", metric(epoch=4, epochs=4, loss=0.3)),
+               ("SUCCEEDED", result(accuracy=0.9))]
+
+
+def test_spot_preemption_recovers_on_another_pool(store, clock):
+    _, plan, job_id = new_job(store, SPOT_JOB)
+    first = plan.chosen
+    assert first.spot
+    aws = FakeBackend("aws", [Up(preempt_after=2)])
+    jobs = JobsFactory(clock, PREEMPTED_RUN, RESUMED_RUN, dt=60)
+    display = RecordingDisplay()
+
+    res = run(job_id, store, plan, [aws], jobs, clock, display=display, node_poll_s=120.0)
+
+    assert (res.status, res.exit_code, res.result) == ("SUCCEEDED", 0, {"accuracy": 0.9})
+    r1, r2 = aws.requests
+    assert (r1.offer.key, r1.spot) == (first.offer.key, True)
+    assert (r2.offer.key, r2.spot) != (first.offer.key, True)  # that spot pool is blocked
+    # nodes are polled every node_poll_s (= 2 polls): 'preempted' at the 2nd node poll, i.e. poll 5
+    assert aws.status_calls[r1.cluster_id] == 2 and jobs.clients[0].polls == 5
+    row = store.get_job(job_id)
+    assert (row["preemptions"], row["attempts"], row["status"]) == (1, 2, "SUCCEEDED")
+    assert statuses(store, job_id) == ["PENDING", "PROVISIONING", "SUBMITTED", "RUNNING", "RECOVERING", "PLANNING",
+                                       "PROVISIONING", "SUBMITTED", "RUNNING", "SUCCEEDED"]
+    recovering = [e for e in store.events(job_id) if e["status"] == "RECOVERING"][0]
+    assert "preempted" in recovering["detail"]
+    assert events(store, job_id, "resumed") == [{"event": "resumed", "epoch": 1}]
+    assert any("preempted" in m and "recovering" in m for m in display.messages)
+    # the preempted attempt's Ray job was stopped before teardown; both submissions numbered
+    assert jobs.clients[0].stopped == [f"dlrun-{job_id}-1"] and jobs.clients[1].stopped == []
+    assert jobs.clients[1].submitted[0]["submission_id"] == f"dlrun-{job_id}-2"
+    # both clusters paid: node-seconds of each attempt x its own launch price
+    p2 = r2.offer.hourly(r2.spot)
+    assert row["actual_cost"] == pytest.approx(5 * 60 * price(first) / 3600 + 3 * 60 * p2 / 3600, abs=2 * p2 / 3600)
+    assert len(aws.launched) == 2
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_after_max_preemptions_only_on_demand(store, clock):
+    _, plan, job_id = new_job(store, SPOT_JOB, max_preemptions=1)
+    assert plan.chosen.spot
+    aws = FakeBackend("aws", [Up(preempt_after=1)])
+    jobs = JobsFactory(clock, PREEMPTED_RUN, RESUMED_RUN)
+
+    res = run(job_id, store, plan, [aws], jobs, clock)
+
+    assert res.status == "SUCCEEDED"
+    assert [r.spot for r in aws.requests] == [True, False]
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_unreachable_head_counts_as_preemption(store, clock):
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws")
+    down = [ConnectionError("connection refused")] * 10
+    jobs = JobsFactory(clock, ["RUNNING", *down], RESUMED_RUN)
+
+    res = run(job_id, store, plan, [aws], jobs, clock, node_poll_s=10_000)
+
+    assert res.status == "SUCCEEDED"
+    assert store.get_job(job_id)["preemptions"] == 1 and jobs.clients[0].polls == 11
+    assert jobs.clients[0].stopped == [f"dlrun-{job_id}-1"]
+    assert_nothing_left(store, job_id, aws)
+
+
+def left_by_a_dead_supervisor(store, clock, aws, plan, job_id, *, up_for: float = 600, behaviour=None):
+    """The store and the cloud as a supervisor killed mid-watch leaves them: a live cluster, its
+    submission running, the job RUNNING (the cluster launched `up_for` seconds ago)."""
+    cand = plan.chosen
+    request = SimpleNamespace(cluster_id="c-dead-1", job_id=job_id, offer=cand.offer, spot=cand.spot, num_nodes=1)
+    cluster = aws._cluster(request)
+    aws.live[cluster.cluster_id] = cluster
+    aws.launched.append(cluster.cluster_id)
+    aws.behaviour[cluster.cluster_id] = behaviour or Up()
+    store.record_cluster(cluster.cluster_id, provider="aws", job_id=job_id, state="up", price_per_hour=price(cand),
+                         cluster_json=json.dumps(cluster.to_dict()), launched_at=clock() - up_for, num_nodes=1,
+                         spot=int(cand.spot))
+    store.update_job(job_id, cluster_id=cluster.cluster_id, attempts=1, ray_submission_id=f"dlrun-{job_id}-1",
+                     offer_key=cand.offer.key, actual_cost=0.0)
+    store.set_status(job_id, "RUNNING")
+    return cluster
+
+
+def resume(job_id, store, aws, jobs, clock):
+    return execute(job_id, store=store, display=RecordingDisplay(), poll_s=0.001, node_poll_s=120.0, clock=clock,
+                   resume=True, get_provider=providers(aws), jobs_client=jobs)
+
+
+def test_resume_reattaches_to_the_running_attempt(store, clock):
+    """--resume watches the same Ray job on the same cluster: no new launch, no new submission."""
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws")
+    left_by_a_dead_supervisor(store, clock, aws, plan, job_id, up_for=600)
+    jobs = JobsFactory(clock, ["RUNNING", ("SUCCEEDED", result(accuracy=0.8))])
+
+    res = resume(job_id, store, aws, jobs, clock)
+
+    assert res.status == "SUCCEEDED" and res.result == {"accuracy": 0.8}
+    assert aws.requests == [] and jobs.clients[0].submitted == []
+    assert events(store, job_id, "reattach")[0]["submission"] == f"dlrun-{job_id}-1"
+    assert store.get_job(job_id)["actual_cost"] == pytest.approx((600 + 2 * 60) * price(plan.chosen) / 3600)
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_resume_finds_the_nodes_lost_and_relaunches(store, clock):
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws")
+    left_by_a_dead_supervisor(store, clock, aws, plan, job_id, behaviour=Up(preempt_after=1))
+    jobs = JobsFactory(clock, RESUMED_RUN)
+
+    res = resume(job_id, store, aws, jobs, clock)
+
+    assert res.status == "SUCCEEDED"
+    assert len(aws.requests) == 1 and aws.terminated[0] == "c-dead-1"
+    assert events(store, job_id, "reattach")[0]["found"] == "nodes lost; terminated"
+    row = store.get_job(job_id)
+    assert (row["preemptions"], row["attempts"]) == (1, 2)
+    assert jobs.clients[0].submitted[0]["submission_id"] == f"dlrun-{job_id}-2"
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_resume_with_an_unreachable_head_relaunches(store, clock):
+    """The nodes run but their head cannot be reached again: the cluster goes, the job relaunches
+    (not counted as a preemption)."""
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws", connect_errors=[HEAD_SILENT])
+    left_by_a_dead_supervisor(store, clock, aws, plan, job_id)
+    jobs = JobsFactory(clock, RESUMED_RUN)
+
+    res = resume(job_id, store, aws, jobs, clock)
+
+    assert res.status == "SUCCEEDED"
+    assert aws.terminated[0] == "c-dead-1" and len(aws.requests) == 1
+    row = store.get_job(job_id)
+    assert (row["preemptions"], row["attempts"]) == (0, 2)
+    recovering = [e["detail"] for e in store.events(job_id) if e["status"] == "RECOVERING"]
+    assert len(recovering) == 1 and HEAD_SILENT.message in recovering[0]
+    assert_nothing_left(store, job_id, aws)
+
+
+# --- (6) user-code failures ---------------------------------------------------------------------------
+
+FAILING = [("RUNNING", "Traceback (most recent call last):\nValueError: boom"), "FAILED"]
+
+
+@pytest.mark.parametrize("restarts", [0, 1, 2])
+def test_user_failure_is_retried_max_restarts_on_errors_times(store, clock, restarts):
+    _, plan, job_id = new_job(store, max_restarts_on_errors=restarts)
+    aws = FakeBackend("aws")
+    jobs = JobsFactory(clock, FAILING)
+    display = RecordingDisplay()
+
+    with pytest.raises(JobFailedError) as ei:
+        run(job_id, store, plan, [aws], jobs, clock, display=display)
+
+    assert ei.value.exit_code == 1 and job_id in ei.value.message
+    assert len(aws.requests) == restarts + 1
+    assert {(r.offer.key, r.spot) for r in aws.requests} == {(plan.chosen.offer.key, plan.chosen.spot)}
+    assert [e["restart"] for e in events(store, job_id, "restart_on_error")] == list(range(1, restarts + 1))
+    assert [m for m in display.messages if "restart" in m] == \
+        [f"the job failed; restart {i} of {restarts}" for i in range(1, restarts + 1)]
+    row = store.get_job(job_id)
+    assert (row["status"], row["attempts"], row["preemptions"]) == ("FAILED", restarts + 1, 0)
+    assert all(c.stopped == [] for c in jobs.clients)  # a failed Ray job has ended: nothing to stop
+    assert "ValueError: boom" in job_log_path(job_id).read_text()
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_user_failure_then_success_after_restart(store, clock):
+    _, plan, job_id = new_job(store, max_restarts_on_errors=1)
+    aws = FakeBackend("aws")
+    res = run(job_id, store, plan, [aws], JobsFactory(clock, FAILING, SUCCESS), clock)
+    assert res.status == "SUCCEEDED" and store.get_job(job_id)["attempts"] == 2
+    assert_nothing_left(store, job_id, aws)
+
+
+# --- (7) the budget -------------------------------------------------------------------------------------
+
+def test_budget_reached_stops_the_job_and_tears_down(store, clock):
+    _, plan, job_id = new_job(store, AWS_JOB + "budget:\n  max_cost: 0.5\n")
+    chosen = plan.chosen
+    assert chosen.estimate.cost < 0.5
+    p = price(chosen)
+    dt = 0.5 / p * 3600 / 8  # 8 polls of the fake clock spend the budget
+    aws = FakeBackend("aws")
+    jobs = JobsFactory(clock, [("RUNNING", metric(epoch=1, epochs=100))], dt=dt)
+    display = RecordingDisplay()
+
+    res = run(job_id, store, plan, [aws], jobs, clock, display=display, node_poll_s=1e9)
+
+    assert (res.status, res.exit_code) == ("BUDGET_EXCEEDED", 1)
+    row = store.get_job(job_id)
+    assert row["status"] == "BUDGET_EXCEEDED" and "reached max $0.5" in statuses_detail(store, job_id)
+    assert jobs.clients[0].stopped == [f"dlrun-{job_id}-1"]  # the Ray job is stopped before teardown
+    per_poll = dt * p / 3600
+    assert 0.5 <= row["actual_cost"] <= 0.5 + 2 * per_poll
+    assert len(events(store, job_id, "budget_warning")) == 1
+    assert sum("budget warning" in m for m in display.messages) == 1
+    assert_nothing_left(store, job_id, aws)
+
+
+def statuses_detail(store, job_id) -> str:
+    return [e["detail"] for e in store.events(job_id) if e["kind"] == "status"][-1]
+
+
+def _recovery_need(store, spec, blocked, fraction) -> float:
+    """The cheapest remaining cost over the recovery plan (the budget check's own formula, restated)."""
+    spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"max_cost": None})})
+    plan = make_plan(spec, frozenset(blocked), store)
+    return min((c.estimate.startup_seconds + (c.estimate.run_seconds + c.estimate.preemption_seconds) * fraction)
+               * c.estimate.price_per_hour / 3600 for c in plan.candidates if c.feasible)
+
+
+def budget_job(store, factor: float, text: str = SPOT_JOB):
+    """A job whose max_cost is `factor` x the cheapest estimate (the catalog's prices change)."""
+    cheapest = make_plan(parse_job(text, "job.yaml"), store=store).chosen.estimate.cost
+    max_cost = round(factor * cheapest, 6)
+    spec, plan, job_id = new_job(store, text + f"budget:\n  max_cost: {max_cost}\n")
+    assert plan.chosen.estimate.cost < max_cost
+    return spec, plan, job_id, max_cost
+
+
+def test_recovery_refused_when_the_remaining_budget_cannot_pay(store, clock):
+    spec, plan, job_id, max_cost = budget_job(store, 2.0)
+    first = plan.chosen
+    assert first.spot
+    per_poll = 0.19 * max_cost  # preempted at poll 5: 95 % spent (no warning before: 76 % at poll 4)
+    dt = per_poll / price(first) * 3600
+    aws = FakeBackend("aws", [Up(preempt_after=2)])
+    jobs = JobsFactory(clock, [("RUNNING", metric(epoch=1, epochs=10))], dt=dt)
+    left = max_cost - 5 * per_poll
+    assert _recovery_need(store, spec, {f"spot:{first.offer.key}"}, 0.9) > left
+
+    with pytest.raises(BudgetExhaustedError) as ei:
+        run(job_id, store, plan, [aws], jobs, clock, node_poll_s=1.5 * dt)  # every 2nd poll
+
+    assert ei.value.exit_code == 3 and "not relaunching" in ei.value.message and "90%" in ei.value.message
+    row = store.get_job(job_id)
+    assert (row["status"], row["preemptions"], row["attempts"]) == ("BUDGET_EXCEEDED", 1, 1)
+    assert row["message"] == ei.value.message
+    assert row["actual_cost"] == pytest.approx(5 * per_poll, rel=1e-3)
+    assert events(store, job_id, "budget_warning") == []
+    assert len(aws.requests) == 1
+    assert jobs.clients[0].stopped == [f"dlrun-{job_id}-1"]
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_recovery_within_the_remaining_budget_relaunches(store, clock):
+    spec, plan, job_id, max_cost = budget_job(store, 3.0)
+    first = plan.chosen
+    per_poll = 0.1 * max_cost  # preempted at poll 5: half the budget spent, the job 90 % done
+    dt = per_poll / price(first) * 3600
+    aws = FakeBackend("aws", [Up(preempt_after=2)])
+    jobs = JobsFactory(clock, [("RUNNING", metric(epoch=9, epochs=10))], RESUMED_RUN, dt=[dt, 60])
+
+    res = run(job_id, store, plan, [aws], jobs, clock, node_poll_s=1.5 * dt)  # every 2nd poll
+
+    assert res.status == "SUCCEEDED" and len(aws.requests) == 2
+    assert store.get_job(job_id)["preemptions"] == 1
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_budget_counts_earlier_attempts(store, clock):
+    """After a preemption the relaunch fits the remaining budget, and its watcher counts what the
+    first attempt cost: it stops when the total (not its own cost) reaches max_cost."""
+    spec, plan, job_id, max_cost = budget_job(store, 10.0)
+    first = plan.chosen
+    dt = 0.1 * max_cost / price(first) * 3600  # 10 % of the budget a poll on the first cluster
+    aws = FakeBackend("aws", [Up(preempt_after=2)])
+    jobs = JobsFactory(clock, [("RUNNING", metric(epoch=9, epochs=10))], ["RUNNING"], dt=dt)
+    display = RecordingDisplay()
+
+    res = run(job_id, store, plan, [aws], jobs, clock, display=display, node_poll_s=1.5 * dt)  # every 2nd poll
+
+    assert res.status == "BUDGET_EXCEEDED"
+    r1, r2 = aws.requests
+    assert jobs.clients[0].polls == 5  # the first attempt spent half the budget
+    second_per_poll = dt * r2.offer.hourly(r2.spot) / 3600
+    row = store.get_job(job_id)
+    assert max_cost <= row["actual_cost"] <= max_cost + 2 * second_per_poll
+    # the second cluster ran only until the total hit the budget, not for a whole budget of its own
+    assert jobs.clients[1].polls * second_per_poll < 0.5 * max_cost + 2 * second_per_poll
+    assert len(events(store, job_id, "budget_warning")) == 1
+    assert jobs.clients[1].stopped == [f"dlrun-{job_id}-2"]
+    assert_nothing_left(store, job_id, aws)
