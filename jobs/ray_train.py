@@ -51,18 +51,27 @@ def train_with_ray(job: Job, cfg: TrainConfig) -> dict:
     outcome = trainer.fit()
     if outcome.error is not None:
         raise outcome.error
-    return ray.get(result_box.get.remote())
+    result = ray.get(result_box.get.remote())
+    return {**result, "worker_nodes": ray.get(result_box.nodes.remote())} if result else result
 
 
 class _ResultBox:
     def __init__(self):
         self.result = None
+        self.worker_nodes: set[str] = set()
 
     def put(self, result: dict) -> None:
         self.result = result
 
+    def add_node(self, ip: str) -> None:
+        self.worker_nodes.add(ip)
+
     def get(self) -> dict | None:
         return self.result
+
+    def nodes(self) -> list[str]:
+        """The distinct node addresses the workers ran on (a multi-node run shows several)."""
+        return sorted(self.worker_nodes)
 
 
 def _ray_train_worker(loop_config: dict) -> None:
@@ -71,6 +80,7 @@ def _ray_train_worker(loop_config: dict) -> None:
     ctx = ray.train.get_context()
     device = ray.train.torch.get_device()
     where = Rank(rank=ctx.get_world_rank(), world_size=ctx.get_world_size(), device=str(device))
+    ray.get(loop_config["result_box"].add_node.remote(ray.util.get_node_ip_address()))
     result = train(job, TrainConfig(**loop_config["config"]), where)
     if where.is_main:
         ray.get(loop_config["result_box"].put.remote(result))

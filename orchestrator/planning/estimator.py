@@ -39,6 +39,8 @@ EVAL_FRACTION = 0.25 / 3
 # mostly importing scikit-learn and reading the digits); part of the run, not of the cluster start-up
 JOB_START_SECONDS = 2.0
 
+CPU_THREAD_SCALING = 0.6  # speedup of torch training steps per extra core (assumed)
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -130,11 +132,30 @@ def _offer_step(profile, offer: Offer, num_nodes: int) -> tuple[float, str]:
             result = (cpu_roofline_step_seconds(profile, cpu_probe()), "roofline")
     elif here and "cuda" in measured:
         result = (measured["cuda"], "measured")
+    elif offer.accelerator is None:  # a cloud CPU VM: this machine's CPU step, scaled by its cores
+        if "cpu" in measured:
+            base = measured["cpu"]
+        else:
+            from orchestrator.planning.probe import cpu_probe
+
+            base = cpu_roofline_step_seconds(profile, cpu_probe())
+        result = (base / cpu_speedup(offer.vcpus, profile.local_threads or 1), "scaled CPU")
     else:
         gpu = gpu_spec(offer.accelerator or "") or gpu_spec("T4")  # an unknown local GPU: assume a T4
         result = (gpu_step_seconds(profile, gpu, max(1, offer.accelerator_count), num_nodes), "roofline")
     cache[key] = result
     return result
+
+
+def cpu_speedup(vcpus: int, measured_threads: int = 1) -> float:
+    """How much faster a VM with `vcpus` trains than the measured `measured_threads` torch threads.
+
+    A vCPU is a hyperthread (two per core); torch's intra-op parallelism on small training steps
+    scales well below linearly, so cores^CPU_THREAD_SCALING (an assumption to calibrate from
+    finished cloud runs, which the history correction does per accelerator).
+    """
+    cores = max(1.0, vcpus / 2)
+    return max(1.0, (cores / max(1, measured_threads)) ** CPU_THREAD_SCALING)
 
 
 def correction_for(history, accelerator: str, family: str) -> float:
