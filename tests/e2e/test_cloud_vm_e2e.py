@@ -1,0 +1,211 @@
+"""`dlrun submit --backend aws|gcp` end to end on emulated VMs, with no bypass anywhere in dlrun.
+
+boto3 talks to moto's server and google-cloud-compute to the fake Compute Engine; for every instance
+they report running, tests/fakes/vm boots a VM on this machine (own network/mount/PID namespaces,
+a real sshd holding the key dlrun gave the cloud, the boot script run as cloud-init runs it). dlrun
+reaches it as on a real cloud: its own `ssh` (DLRUN_SSH_CONFIG maps the fake public IPs onto the VMs),
+waits for the boot markers and for Ray to see every node, submits through the SSH tunnel, and tears
+everything down.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+
+from tests.fakes.gce_server import FakeGce
+from tests.fakes.vm.fixtures import vm_support_problem
+from tests.fakes.vm.lab import VmLab
+from tests.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
+
+ROOT = Path(__file__).resolve().parents[2]
+REGION = "us-east-1"
+LIVE = ["pending", "running", "stopping", "stopped", "shutting-down"]
+pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
+
+JOB = """
+name: {name}
+job: cnn
+resources: {{clouds: [{cloud}], regions: [{region}], spot: {spot}, num_nodes: {nodes}}}
+budget: {{max_cost: {max_cost}}}
+workload: {{model: "jobs.cnn:SimpleCNN", input_shape: [1, 8, 8], batch_size: {batch}, dataset_size: 1437,
+            epochs: {epochs}, precision: fp32}}
+env: {{SEED: "0"}}
+{extra}
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(moto_server):
+    with VmLab(boot_timeout_s=60) as lab:
+        lab.watch_ec2(moto_server, REGION)
+        yield lab
+        assert not lab.errors, lab.errors
+    assert lab.leftovers() == [], lab.leftovers()
+
+
+@pytest.fixture
+def env(lab, dlrun_home, moto_server):
+    e = dict(os.environ, DLRUN_HOME=str(dlrun_home), RAY_USAGE_STATS_ENABLED="0", DLRUN_LOCAL_GPUS="none",
+             DLRUN_SSH_CONFIG=str(lab.ssh_config), DLRUN_SSH_CIDR="203.0.113.7/32", DLRUN_NODE_POLL_S="1",
+             DLRUN_BOOT_TIMEOUT="240", DLRUN_SSH_WAIT_S="120",
+             AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION=REGION,
+             AWS_ENDPOINT_URL=moto_server, AWS_EC2_METADATA_DISABLED="true")
+    e.pop("DLRUN_RAY_ADDRESS", None)
+    return e
+
+
+def job_file(tmp_path, *, cloud="aws", region=REGION, spot="never", nodes=1, epochs=20, batch=64,
+             max_cost=5.0, name="vm-cnn", extra="") -> Path:
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(JOB.format(name=name, cloud=cloud, region=region, spot=spot, nodes=nodes, epochs=epochs,
+                            batch=batch, max_cost=max_cost, extra=extra))
+    return p
+
+
+def dlrun(*args, env, timeout=600):
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=timeout)
+
+
+def status(job, env) -> dict:
+    r = dlrun("status", job, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def wait_for(predicate, timeout=300, every=1.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s")
+
+
+def ec2(moto_server):
+    return boto3.client("ec2", region_name=REGION, endpoint_url=moto_server, aws_access_key_id="testing",
+                        aws_secret_access_key="testing")
+
+
+def instances(moto_server, job, states=None) -> list[dict]:
+    f = [{"Name": "tag:dlrun-job", "Values": [job]}]
+    if states:
+        f.append({"Name": "instance-state-name", "Values": states})
+    return [i for r in ec2(moto_server).describe_instances(Filters=f)["Reservations"] for i in r["Instances"]]
+
+
+def assert_aws_left_nothing(moto_server, job, lab, dlrun_home):
+    client = ec2(moto_server)
+    assert instances(moto_server, job), "the job's instances were never launched"
+    assert not instances(moto_server, job, LIVE)
+    assert not client.describe_security_groups(Filters=[{"Name": "tag:dlrun-job", "Values": [job]}])["SecurityGroups"]
+    assert not [k for k in client.describe_key_pairs()["KeyPairs"] if k["KeyName"].startswith("dlrun-")]
+    wait_for(lambda: not lab.vms, timeout=30)
+    assert not list((dlrun_home / "keys").glob("*")) and not list((dlrun_home / "known_hosts").glob("*"))
+
+
+def test_aws_cpu_vm_boots_ray_and_trains_through_the_ssh_tunnel(env, tmp_path, moto_server, lab, dlrun_home):
+    r = dlrun("submit", str(job_file(tmp_path)), "--backend", "aws", env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    job = r.stdout.split()[0]
+    st = status(job, env)
+    assert st["status"] == "SUCCEEDED" and st["backend"] == "aws" and st["accelerator"] == "CPU", st
+    assert st["metrics"]["accuracy"] >= 0.95
+    assert st["ray_address"].startswith("http://127.0.0.1:")  # the tunnel, never the VM directly
+    (inst,) = instances(moto_server, job)
+    console = ec2(moto_server).get_console_output(InstanceId=inst["InstanceId"]).get("Output", "")
+    assert "dlrun boot done" in console  # the boot script ran to its end (as cloud-init runs it)
+    assert 0 < st["actual_cost"] < 0.05
+    assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
+
+
+def test_aws_two_node_cluster_runs_ray_train_with_one_worker_per_vm(env, tmp_path, moto_server, lab, dlrun_home):
+    r = dlrun("submit", str(job_file(tmp_path, nodes=2, epochs=8, name="two-nodes")), "--backend", "aws", env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    job = r.stdout.split()[0]
+    st = status(job, env)
+    assert st["status"] == "SUCCEEDED", st
+    nodes = st["metrics"]["worker_nodes"]
+    private = {i["PrivateIpAddress"] for i in instances(moto_server, job)}
+    assert len(nodes) == 2 and set(nodes) == private, (nodes, private)
+    assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
+
+
+def test_a_failed_boot_is_reported_with_its_log_and_failed_over(env, tmp_path, moto_server, lab, dlrun_home):
+    extra = "requirements: [dlrun-no-such-package==9.9.9]"
+    spec = job_file(tmp_path, name="bad-boot", spot="always", max_cost=0.004, extra=extra)
+    plan = json.loads(dlrun("plan", str(spec), "--backend", "aws", "--json", env=env).stdout)
+    feasible = [c for c in plan["candidates"] if c["feasible"]]
+    assert 1 <= len(feasible) <= 4, [c["offer"] for c in feasible]  # keeps this test short
+    r = dlrun("submit", str(spec), "--backend", "aws", env=env)
+    assert r.returncode == 5, r.stderr[-4000:]
+    assert "failed to boot" in r.stderr and "dlrun-no-such-package" in r.stderr
+    assert "Traceback" not in r.stderr
+    (job,) = [j["id"] for j in json.loads(dlrun("status", "--json", env=env).stdout)]
+    failed = [e for e in status(job, env)["events"] if e["kind"] == "provision_failed"]
+    assert len(failed) == len(feasible) and all("boot log" in e["detail"] for e in failed)
+    assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
+
+
+def test_gcp_vm_whose_sshd_starts_late_is_waited_for(env, tmp_path, lab, dlrun_home):
+    with FakeGce() as gce:
+        watcher = lab.watch_gce(gce)
+        lab.sshd_delay_s = 30  # the guest agent makes the login user half a minute after "RUNNING"
+        try:
+            e = dict(env, DLRUN_GCP_API_ENDPOINT=gce.endpoint, GOOGLE_CLOUD_PROJECT=gce.project)
+            r = dlrun("submit", str(job_file(tmp_path, cloud="gcp", region="us-central1", name="gcp-cnn")),
+                      "--backend", "gcp", env=e)
+            assert r.returncode == 0, r.stderr[-4000:]
+            st = status(r.stdout.split()[0], e)
+            assert st["status"] == "SUCCEEDED" and st["backend"] == "gcp" and st["metrics"]["accuracy"] >= 0.95
+            wait_for(lambda: not lab.vms, timeout=30)
+            assert gce.instances == {} and gce.firewalls == {}
+        finally:
+            lab.sshd_delay_s = 0
+            watcher.stop()
+
+
+def test_spot_preemption_on_a_vm_relaunches_and_finishes(env, tmp_path, moto_server, lab, dlrun_home):
+    spec = job_file(tmp_path, spot="always", epochs=30, batch=8, name="spot-cnn")
+    r = dlrun("submit", str(spec), "--backend", "aws", "--detach", env=env)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    wait_for(lambda: (status(job, env)["metrics"] or {}).get("epoch", 0) >= 2)
+    (first,) = instances(moto_server, job, ["running"])
+    ec2(moto_server).terminate_instances(InstanceIds=[first["InstanceId"]])  # AWS reclaims the spot VM
+
+    st = wait_for(lambda: (s := status(job, env))["status"] in ("SUCCEEDED", "FAILED", "BUDGET_EXCEEDED") and s,
+                  timeout=400)
+    assert st["status"] == "SUCCEEDED", st
+    assert st["preemptions"] == 1 and st["attempts"] == 2 and st["metrics"]["accuracy"] >= 0.95
+    assert ("status", "RECOVERING") in [(e["kind"], e["status"]) for e in st["events"]]
+    assert len(instances(moto_server, job)) == 2
+    assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
+
+
+def test_supervisor_killed_with_9_is_picked_up_and_reattaches(env, tmp_path, moto_server, lab, dlrun_home):
+    r = dlrun("submit", str(job_file(tmp_path, epochs=40, batch=8, name="reattach")), "--backend", "aws",
+              "--detach", env=env)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    wait_for(lambda: status(job, env)["status"] == "RUNNING")
+    pid = status(job, env)["supervisor_pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/cmdline").read_bytes() == b"",
+             timeout=10)
+    r = dlrun("status", job, "--json", env=env)
+    assert r.returncode == 0 and "re-attached" in r.stderr, r.stderr
+    st = wait_for(lambda: (s := status(job, env))["status"] in ("SUCCEEDED", "FAILED") and s, timeout=400)
+    assert st["status"] == "SUCCEEDED", st
+    assert st["attempts"] == 1, "re-attached to the running job, not relaunched"
+    assert any(e["kind"] == "reattach" for e in st["events"])
+    assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
