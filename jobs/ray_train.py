@@ -44,7 +44,9 @@ def train_with_ray(job: Job, cfg: TrainConfig) -> dict:
         train_loop_config={"module": job.module, "config": asdict(cfg), "result_box": result_box,
                            # Ray starts workers with the raylet's environment, not ours
                            "env": {k: v for k, v in os.environ.items() if k.startswith("DLRUN_")}},
-        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
+        # one worker per node where there are several: a multi-node cluster is there to be used
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu,
+                                     placement_strategy="SPREAD" if _alive_nodes() > 1 else "PACK"),
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
         run_config=RunConfig(name=f"dlrun-{job.name}-{os.getpid()}"),
     )
@@ -53,6 +55,10 @@ def train_with_ray(job: Job, cfg: TrainConfig) -> dict:
         raise outcome.error
     result = ray.get(result_box.get.remote())
     return {**result, "worker_nodes": ray.get(result_box.nodes.remote())} if result else result
+
+
+def _alive_nodes() -> int:
+    return sum(1 for n in ray.nodes() if n.get("Alive"))
 
 
 class _ResultBox:

@@ -11,16 +11,33 @@ def test_catalog_covers_the_gpus_users_ask_for_in_both_clouds_and_several_region
     for cloud in ("aws", "gcp"):
         assert len({o.region for o in offers if o.cloud == cloud}) >= 3
     assert all(o.price_date and o.source for o in offers)
-    assert all(gpu_spec(o.accelerator) for o in offers)
+    assert all(gpu_spec(o.accelerator) for o in offers if o.accelerator)  # CPU rows have none
 
 
 def test_gcp_price_is_host_plus_gpu():
-    gcp = [o for o in load_offers() if o.cloud == "gcp"]
+    gcp = [o for o in load_offers() if o.cloud == "gcp" and o.accelerator]  # CPU VMs have no GPU part
     assert gcp
     for o in gcp:
         assert abs(o.price_per_hour - (o.host_price_per_hour + o.gpu_price_per_hour)) < 0.01, o.key
         if o.spot_price_per_hour is not None:
             assert abs(o.spot_price_per_hour - (o.host_spot_price_per_hour + o.gpu_spot_price_per_hour)) < 0.01
+
+
+def test_cpu_instances_are_complete_and_cover_every_gpu_region():
+    offers = load_offers()
+    cpu = [o for o in offers if not o.accelerator]
+    assert {o.cloud for o in cpu} == {"aws", "gcp"}
+    for o in cpu:
+        assert o.accelerator_count == 0 and o.gpu_memory_gb == 0, o.key
+        assert o.vcpus > 0 and o.memory_gb > 0, o.key
+        assert o.price_per_hour > 0 and o.price_date and o.source, o.key
+        assert o.spot_price_per_hour is None or 0 < o.spot_price_per_hour < o.price_per_hour, o.key
+    # a small job can be planned onto a CPU VM in any region the catalog offers GPUs in
+    for cloud in ("aws", "gcp"):
+        gpu_regions = {o.region for o in offers if o.cloud == cloud and o.accelerator}
+        cpu_regions = {o.region for o in cpu if o.cloud == cloud}
+        assert gpu_regions <= cpu_regions, (cloud, gpu_regions - cpu_regions)
+    assert any(o.price_per_hour <= 0.10 for o in cpu)  # cheap enough for a tiny CNN
 
 
 def test_gpu_specs_have_what_the_roofline_needs():

@@ -140,7 +140,13 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
                     display.update(view)
                     on_demand = preemptions >= spec.max_preemptions
                     plan = make_plan(_recovery_spec(spec, on_demand, store, job_id), frozenset(blocked), store)
-                    plan = _fit_remaining_budget(plan, spec, store, job_id)
+                    try:
+                        plan = _fit_remaining_budget(plan, spec, store, job_id)
+                    except BudgetExhaustedError as e:
+                        if tried and remaining_fraction(store, job_id) >= 1.0:  # no work done: say why
+                            raise ProvisioningFailedError("provisioning failed everywhere it fits: "
+                                                          + "; ".join(tried) + f" ({e.message})") from None
+                        raise
                 if plan.chosen is None:
                     if tried:
                         err = CloudCredentialsError if only_credentials else ProvisioningFailedError
