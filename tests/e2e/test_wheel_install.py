@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -22,8 +23,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"  # a copy: building writes build/ and *.egg-info next to the sources
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
+                                                                 "__pycache__", ".pytest_cache", ".hypothesis"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(work / "dist"), str(ROOT)], check=True, timeout=300,
+                    "-w", str(work / "dist"), str(source)], check=True, timeout=300,
                    env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
     (wheel,) = (work / "dist").glob("dlrun-*.whl")
     env_dir = work / "venv"

@@ -33,7 +33,6 @@ resources:
 
 @pytest.fixture(autouse=True)
 def _no_env_hooks(monkeypatch):
-    monkeypatch.delenv("DLRUN_TEST_HEAD_ADDRESS", raising=False)  # test hook: a cloud head served locally
     monkeypatch.delenv("DLRUN_NODE_POLL_S", raising=False)
 
 
