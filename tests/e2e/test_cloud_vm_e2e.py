@@ -14,13 +14,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import boto3
 import pytest
 
 from tests.fakes.gce_server import FakeGce
+from tests.fakes.vm.clouds import wait_until
 from tests.fakes.vm.fixtures import vm_support_problem
 from tests.fakes.vm.lab import VmLab
 from tests.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
@@ -81,14 +81,8 @@ def status(job, env) -> dict:
     return json.loads(r.stdout)
 
 
-def wait_for(predicate, timeout=300, every=1.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s")
+def wait_for(predicate, timeout=300):
+    return wait_until(predicate, timeout, "the condition did not hold", interval_s=1.0)
 
 
 def ec2(moto_server):

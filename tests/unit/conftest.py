@@ -1,0 +1,24 @@
+"""Fixtures of the fast run-loop tests: a store on a temp file and a clock that moves only when told."""
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.state.db import Store
+from tests.unit.fakes_runs import FakeClock
+
+
+@pytest.fixture(autouse=True)
+def _no_env_hooks(monkeypatch):
+    monkeypatch.delenv("DLRUN_NODE_POLL_S", raising=False)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "state.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
