@@ -10,7 +10,7 @@ from orchestrator.planning.spec import parse_job
 from tests.test_estimator import LOCAL_CPU, synthetic
 
 CATALOG = load_offers()
-GPUS = sorted({o.accelerator for o in CATALOG})
+GPUS = sorted({o.accelerator for o in CATALOG if o.accelerator})
 PROFILE = synthetic(flops=3e12, membytes=2e9, ops=300, steps=3000, state=6e9, act=5e9, local={"cpu": 2.0})
 
 
