@@ -169,6 +169,9 @@ class Provider(Protocol):
     def connect(self, cluster: Cluster) -> Connection:
         """The head's Ray dashboard / Jobs API as a local address: direct, or through an SSH tunnel."""
 
+    def preflight(self) -> None:
+        """Raise the error that would make every launch here fail (credentials, settings), if any."""
+
     def launch(self, request: ClusterRequest) -> Cluster:
         """Start (or find, when already started: idempotent by cluster id) the cluster's nodes."""
 

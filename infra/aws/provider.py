@@ -64,6 +64,11 @@ class AwsProvider(VmProvider):
                 "ec2", region_name=region, endpoint_url=self.endpoint_url, config=self._config)
         return self._clients[region]
 
+    def check_credentials(self) -> None:
+        """One cheap call: missing keys fail here, and so do keys AWS refuses (AuthFailure)."""
+        region = self.region or next((o.region for o in self.offers()), None)
+        self._ec2(region).describe_availability_zones()
+
     def _poll(self, check, what: str):
         return poll_until(check, timeout_s=self.launch_timeout_s, interval_s=self.poll_interval_s,
                           what=what, cloud="aws")

@@ -82,6 +82,9 @@ class GcpProvider(VmProvider):
     def _c(self, name: str):
         return self._connect()[name]
 
+    def check_credentials(self) -> None:
+        self._connect()  # application default credentials and a project, or CredentialsError
+
     # ---------------------------------------------------------------- launch (VmProvider hooks)
     def to_provider_error(self, e: BaseException, **where) -> ProviderError:
         return gcp_errors.from_exception(e, **where)

@@ -21,6 +21,9 @@ class LocalProvider:
 
         self.capabilities = capabilities(self.name)
 
+    def preflight(self) -> None:
+        """This machine needs no login."""
+
     def offers(self) -> list[Offer]:
         return local_offers()
 

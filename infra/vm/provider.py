@@ -43,6 +43,20 @@ class VmProvider:
 
         return [o for o in load_offers() if o.cloud == self.name]
 
+    def preflight(self) -> None:
+        """Raise what would make every launch here fail (no credentials, no SSH source address),
+        before anything is created."""
+        resolve_ssh_cidr(self.ssh_cidr, cloud=self.name)
+        try:
+            self.check_credentials()
+        except ProviderError:
+            raise
+        except Exception as e:
+            raise self.to_provider_error(e) from None
+
+    def check_credentials(self) -> None:
+        raise NotImplementedError
+
     # ---------------------------------------------------------------- the launch skeleton
     def launch(self, request: ClusterRequest) -> Cluster:
         """Start the cluster's nodes, or return them when this cluster id already has them."""

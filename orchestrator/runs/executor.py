@@ -24,6 +24,7 @@ from orchestrator.paths import node_poll_s as node_poll_default
 from orchestrator.planning.planner import restrict
 from orchestrator.planning.spec import JobSpec
 from orchestrator.state.db import LIVE, Store, default_store
+from orchestrator.runs.failures import Failures, preflight
 from orchestrator.runs.attempt import AttemptContext, reattach, run_attempt
 from orchestrator.runs.watch import Outcome
 
@@ -124,8 +125,8 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
                          node_poll_s=node_poll_s if node_poll_s is not None else node_poll_default(),
                          clock=clock, jobs_client=jobs_client)
     blocked: set[str] = set()
-    tried: list[str] = []
-    only_credentials = True
+    tried = Failures()
+    checked: set[str] = set()
     preemptions = row["preemptions"] or 0
     restarts = 0
     plan = first_plan
@@ -144,21 +145,29 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
                         plan = _fit_remaining_budget(plan, spec, store, job_id)
                     except BudgetExhaustedError as e:
                         if tried and remaining_fraction(store, job_id) >= 1.0:  # no work done: say why
-                            raise ProvisioningFailedError("provisioning failed everywhere it fits: "
-                                                          + "; ".join(tried) + f" ({e.message})") from None
+                            raise ProvisioningFailedError(
+                                tried.summary(f"provisioning failed everywhere it fits ({e.message})")) from None
                         raise
                 if plan.chosen is None:
                     if tried:
-                        err = CloudCredentialsError if only_credentials else ProvisioningFailedError
-                        raise err("provisioning failed everywhere: " + "; ".join(tried))
+                        err = CloudCredentialsError if tried.only_credentials else ProvisioningFailedError
+                        raise err(tried.summary("provisioning failed everywhere"))
                     _require_choice(plan, spec)
                 cand, plan = plan.chosen, None
+                if cand.offer.cloud not in checked:  # once per cloud, before anything is provisioned there
+                    checked.add(cand.offer.cloud)
+                    error = preflight(cand.offer.cloud, get_provider)
+                    if error is not None:
+                        blocked.add(cand.offer.cloud)
+                        tried.add(cand.offer.cloud, error)
+                        display.message(f"{cand.offer.cloud} skipped: {error.message}")
+                        store.add_event(job_id, "preflight_failed", {"cloud": cand.offer.cloud, "error": error.message})
+                        continue
                 outcome = run_attempt(ctx, cand, get_provider)
             if isinstance(outcome, ProviderError):
                 scope = outcome.scope
                 blocked.add(_block_key(cand.offer, scope, outcome.region))
-                only_credentials &= scope == "cloud" and type(outcome).__name__ == "CredentialsError"
-                tried.append(f"{cand.offer.label}{' spot' if cand.spot else ''}: {outcome.message}")
+                tried.add(f"{cand.offer.label}{' spot' if cand.spot else ''}", outcome)
                 display.message(f"{cand.offer.label}: {outcome.message} — trying the next candidate")
                 store.add_event(job_id, "provision_failed", {"offer": cand.offer.key, "error": outcome.message})
             elif outcome.kind in ("PREEMPTED", "RELAUNCH"):

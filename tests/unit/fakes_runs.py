@@ -86,8 +86,11 @@ class FakeBackend:
     or a callable(request) -> item. An item is an exception to raise, an Up, or a Leak."""
 
     def __init__(self, name: str, script=None, *, default=None, clock: FakeClock | None = None,
-                 launch_seconds: float = 0.0, launched_at_offset: float = 0.0, connect_errors=()):
+                 launch_seconds: float = 0.0, launched_at_offset: float = 0.0, connect_errors=(),
+                 preflight_error=None):
         self.name = name
+        self.preflight_error = preflight_error  # raised by preflight(): no credentials, no SSH address
+        self.preflights = 0
         self.capabilities = capabilities(name)
         self.script = script if script is not None else []
         self.default = default if default is not None else Up()
@@ -105,6 +108,11 @@ class FakeBackend:
         self.connections: list[Connection] = []
         self.closed: list[str] = []
         self.list_owned_calls = 0
+
+    def preflight(self) -> None:
+        self.preflights += 1
+        if self.preflight_error is not None:
+            raise self.preflight_error
 
     def _next(self, request):
         if callable(self.script):
