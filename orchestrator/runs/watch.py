@@ -9,6 +9,10 @@ from jobs.metrics import parse_line as parse_metric_line
 from orchestrator.cli.render.display import JobView
 from orchestrator.cost import CostMeter
 
+HEAD_FAILURES_BEFORE_CHECK = 10  # failed status polls in a row before the cloud is asked about the nodes
+HEAD_LOST_AFTER_S = 600.0  # a head unreachable this long while its instances run is lost
+
+
 @dataclass
 class Outcome:
     kind: str  # SUCCEEDED, FAILED, STOPPED, PREEMPTED, BUDGET_EXCEEDED, INTERRUPTED
@@ -110,7 +114,7 @@ class Watcher:
 
         last_nodes = self.clock()
         last_status = None
-        head_failures = 0
+        head_failures, unreachable_since = 0, 0.0
         while True:
             now = self.clock()
             self.view.accrued = self.meter.accrued(now)
@@ -120,8 +124,12 @@ class Watcher:
             except Exception as e:
                 status = None
                 head_failures += 1
-                if head_failures >= 10:
-                    return Outcome("PREEMPTED", f"head unreachable: {str(e)[:120]}")
+                if head_failures == 1:
+                    unreachable_since = now
+                if head_failures % HEAD_FAILURES_BEFORE_CHECK == 0:
+                    gone = self._head_lost(e, now - unreachable_since)
+                    if gone:
+                        return Outcome("PREEMPTED", gone)
             if status and status != last_status:
                 last_status = status
                 self.on_event("ray_status", {"status": status})
@@ -139,6 +147,24 @@ class Watcher:
                 if why:
                     return Outcome("PREEMPTED", why)
             self.sleep(self.poll_s)
+
+    def _head_lost(self, error: Exception, unreachable_s: float) -> str | None:
+        """Why the head counts as lost after a run of failed polls, or None to keep waiting.
+
+        A blip (Wi-Fi, a laptop that slept, a tunnel being re-opened) is not a preemption: where the
+        cloud can be asked, only its word that a node is gone ends the attempt — or a head that stays
+        unreachable for HEAD_LOST_AFTER_S while its instances run (Ray itself died there).
+        """
+        reason = f"head unreachable: {str(error)[:120]}"
+        if self.node_states is None:
+            return reason
+        why = self._preempted()
+        if why:
+            return why
+        if unreachable_s >= HEAD_LOST_AFTER_S:
+            return f"{reason} for {unreachable_s:.0f}s while its instances run"
+        self.on_event("head_unreachable", {"seconds": round(unreachable_s, 1), "error": str(error)[:200]})
+        return None
 
     def _run_seconds(self) -> float | None:
         try:

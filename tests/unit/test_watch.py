@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from infra.base import NodeState
 from orchestrator.cli.render.display import JobView
 from orchestrator.cost import CostMeter
 from orchestrator.runs.watch import Watcher
@@ -251,3 +252,28 @@ def test_ctrl_c_declined_keeps_watching():
     assert out.kind == "SUCCEEDED" and out.result == {"accuracy": 0.5}
     assert h.jobs.stopped == [] and h.display.cancel_asked == 1
     assert h.of_kind("cancel_requested") == []
+
+
+def test_a_blip_with_the_nodes_still_running_is_not_a_preemption():
+    """Where the cloud can be asked, failed polls end the attempt only when it says a node is gone."""
+    running = [NodeState("n0", "running")]
+    down = [ConnectionError("connection refused")] * 25  # longer than one check, shorter than HEAD_LOST_AFTER_S
+    h = Harness(["RUNNING", *down, "SUCCEEDED"], node_states=lambda: running, dt=1.0)
+    assert h.run().kind == "SUCCEEDED"
+    assert len(h.of_kind("head_unreachable")) == 2
+
+
+def test_failed_polls_and_a_node_the_cloud_says_is_gone_are_a_preemption():
+    states = [NodeState("n0", "preempted", "spot reclaimed")]
+    h = Harness(["RUNNING", *[ConnectionError("connection refused")] * 10, "SUCCEEDED"],
+                node_states=lambda: states, dt=1.0)
+    out = h.run()
+    assert out.kind == "PREEMPTED" and "n0 preempted" in out.detail
+
+
+def test_a_head_unreachable_for_ten_minutes_while_its_nodes_run_is_lost():
+    running = [NodeState("n0", "running")]
+    h = Harness(["RUNNING", *[ConnectionError("connection refused")] * 80, "SUCCEEDED"],
+                node_states=lambda: running, dt=10.0)
+    out = h.run()
+    assert out.kind == "PREEMPTED" and "while its instances run" in out.detail
