@@ -54,8 +54,9 @@ def offer(instance_type="g4dn.xlarge", region=REGION):
 
 def make_request(cluster_id="c1", *, spot=False, nodes=1, region=REGION, **kw) -> ClusterRequest:
     kw.setdefault("bootstrap", BootstrapConfig(ray_version="2.60.0", python_packages=["einops==0.8.0"]))
+    kw.setdefault("owner", "alice")
     return ClusterRequest(cluster_id=cluster_id, job_id=f"job-{cluster_id}", offer=offer(region=region),
-                          spot=spot, num_nodes=nodes, owner="alice", **kw)
+                          spot=spot, num_nodes=nodes, **kw)
 
 
 def make_provider(session, **kw) -> AwsProvider:

@@ -7,7 +7,6 @@ The launch order, rollback and zone failover are infra/vm/provider.py's; this fi
 """
 from __future__ import annotations
 
-import getpass
 import logging
 
 import boto3
@@ -22,6 +21,7 @@ from infra.aws.records import (TAG_PRICE, TAG_SPOT, TAG_SSH_USER, TAG_TERMINATIN
                                cluster_from_instances, node_state, tags_of)
 from infra.base import (TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, Cluster, ClusterRequest,
                         CredentialsError, NodeState, ProvisionError)
+from infra.identity import owner_identity
 from infra.vm.keys import remove_cluster_key
 from infra.vm.ssh import forget_host_keys
 from infra.vm.poll import poll_until
@@ -93,7 +93,7 @@ class AwsProvider(VmProvider):
             self._amis[key] = find_image(ec2, region, request.image)
         ami, ssh_user = self._amis[key]
         tags = {TAG_CLUSTER: request.cluster_id, TAG_JOB: request.job_id,
-                TAG_OWNER: request.owner or getpass.getuser()}
+                TAG_OWNER: request.owner or owner_identity()}
         group_id, made_group = net.ensure_security_group(ec2, request.cluster_id, tags, ssh_cidr)
         if made_group:
             created.firewalls.append(group_id)

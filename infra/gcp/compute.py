@@ -12,6 +12,7 @@ from google.cloud import compute_v1
 
 from infra.gcp.images import image_for
 from infra.base import TAG_CLUSTER, TAG_JOB, TAG_OWNER, ClusterRequest, ProvisionError
+from infra.identity import owner_identity
 from infra.gcp.network import SSH_USER, cluster_tag, slug
 from infra.catalog import gpu_spec
 
@@ -42,7 +43,7 @@ def instance_names(cluster_id: str, num_nodes: int) -> list[str]:
 
 def labels_for(request: ClusterRequest, *, is_head: bool) -> dict[str, str]:
     return {TAG_CLUSTER: slug(request.cluster_id), TAG_JOB: label_value(request.job_id),
-            TAG_OWNER: label_value(request.owner or "unknown"), TAG_ROLE: "head" if is_head else "worker"}
+            TAG_OWNER: label_value(request.owner or owner_identity()), TAG_ROLE: "head" if is_head else "worker"}
 
 
 def accelerators_for(request: ClusterRequest, zone: str, project: str) -> list[compute_v1.AcceleratorConfig]:

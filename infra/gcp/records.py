@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from infra.base import Cluster, Node, NodeState
+from infra.base import TAG_OWNER, Cluster, Node, NodeState
 from infra.gcp import network as net
 from infra.gcp.compute import addresses_of, instance_names
 from infra.vm.keys import key_path
@@ -33,6 +33,7 @@ def cluster_from_instances(cluster_id: str, job_id: str, region: str, zone: str,
         head_address=f"ssh://{net.SSH_USER}@{head.public_ip or head.private_ip}" if head else "",
         ssh_user=net.SSH_USER, ssh_key_path=str(key_path(cluster_id)),
         extra={"project": project, "network_tag": net.cluster_tag(cluster_id),
+               "owner": (instances[0].labels or {}).get(TAG_OWNER, "") if instances else "",
                "firewalls": list(net.firewall_names(cluster_id))})
 
 

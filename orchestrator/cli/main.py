@@ -11,7 +11,7 @@ import sys
 import click
 
 from infra import BACKEND_NAMES
-from orchestrator.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, DlrunError
+from orchestrator.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, DlrunError, UsageError
 
 # commands living in their own modules, loaded only when used (or listed by --help)
 LAZY_COMMANDS = {
@@ -139,12 +139,22 @@ def cancel(job_id):
 
 @cli.command()
 @click.argument("cluster_id", required=False)
-@click.option("--orphans", is_flag=True, help="also remove dlrun-tagged cloud resources no live job owns")
-def down(cluster_id, orphans):
+@click.option("--orphans", is_flag=True, help="also remove your dlrun-tagged cloud resources no live job owns")
+@click.option("--all-owners", is_flag=True, help="with --orphans: every owner's, not only yours")
+@click.option("--yes", "-y", is_flag=True, help="remove orphans without asking")
+def down(cluster_id, orphans, all_owners, yes):
     """Stop the local Ray head dlrun started (only it), or one cluster, or orphans."""
     from orchestrator.runs import teardown
 
-    for line in teardown.down(cluster_id=cluster_id, orphans=orphans):
+    def confirm(lines: list[str]) -> bool:
+        if yes:
+            return True
+        click.echo("dlrun down --orphans would remove:\n  " + "\n  ".join(lines))
+        if not sys.stdin.isatty():
+            raise UsageError("--orphans: not removing anything without a terminal to ask; add --yes")
+        return click.confirm("remove these?", default=False)
+
+    for line in teardown.down(cluster_id=cluster_id, orphans=orphans, all_owners=all_owners, confirm=confirm):
         click.echo(line)
 
 

@@ -9,7 +9,6 @@ price stored at launch, up to the moment termination was requested.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -43,6 +42,7 @@ class AttemptContext:
 def run_attempt(ctx: AttemptContext, cand, get_provider):
     """Launch + run on one candidate. Returns an Outcome, or the ProviderError that stopped the launch."""
     from infra import runs_here
+    from infra.identity import owner_identity
     from infra.base import BootstrapConfig, ClusterRequest, ProviderError
 
     spec, store, offer = ctx.spec, ctx.store, cand.offer
@@ -68,7 +68,7 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
     request = ClusterRequest(cluster_id=cluster_id, job_id=ctx.job_id, offer=offer, spot=cand.spot, num_nodes=nodes,
                              bootstrap=BootstrapConfig(ray_version=ray.__version__,
                                                        python_packages=list(spec.requirements)),
-                             image=spec.resources.image, owner=os.environ.get("USER", "dlrun"))
+                             image=spec.resources.image, owner=owner_identity())
     cluster = None
     try:
         cluster = provider.launch(request)

@@ -1,10 +1,10 @@
 """`dlrun down`: stop the local head dlrun started, a recorded cluster, or orphaned cloud resources."""
 from __future__ import annotations
 
-from infra import CLOUD_NAMES, capabilities
-
 import json
 import time
+
+from infra import CLOUD_NAMES, capabilities
 
 from orchestrator.errors import UsageError
 from orchestrator.state.db import LIVE, Store, default_store
@@ -24,7 +24,9 @@ def terminate_recorded(store: Store, row) -> str:
     return f"terminated {row['id']} ({row['provider']})"
 
 
-def down(cluster_id: str | None = None, orphans: bool = False) -> list[str]:
+def down(cluster_id: str | None = None, orphans: bool = False, *, all_owners: bool = False,
+         confirm=None) -> list[str]:
+    """confirm(lines) -> bool is asked before orphans are removed (None: remove without asking)."""
     store = default_store()
     out: list[str] = []
     if cluster_id:
@@ -42,16 +44,20 @@ def down(cluster_id: str | None = None, orphans: bool = False) -> list[str]:
         if capabilities(row["provider"]).remote and (job is None or job["status"] not in LIVE):
             out.append(terminate_recorded(store, row))
     if orphans:
-        out += remove_orphans(store)
+        out += remove_orphans(store, all_owners=all_owners, confirm=confirm)
     return out or ["nothing to stop"]
 
 
-def remove_orphans(store: Store, clouds=CLOUDS, providers: dict | None = None) -> list[str]:
-    """Every dlrun-tagged cloud cluster whose job is not live in this store is removed."""
+def remove_orphans(store: Store, clouds=CLOUDS, providers: dict | None = None, *, all_owners: bool = False,
+                   confirm=None, owner: str | None = None) -> list[str]:
+    """Remove the dlrun-tagged cloud clusters of this owner (every owner with all_owners) whose job is
+    not live in this store. Another owner's clusters are listed as left alone, never touched."""
     from infra import get_provider
     from infra.base import CredentialsError
+    from infra.identity import owner_identity, same_owner
 
-    out = []
+    me = owner or owner_identity()
+    out, doomed = [], []
     for cloud in clouds:
         try:
             provider = (providers or {}).get(cloud) or get_provider(cloud)
@@ -65,9 +71,20 @@ def remove_orphans(store: Store, clouds=CLOUDS, providers: dict | None = None) -
             job = store.get_job(cluster.job_id) if cluster.job_id else None
             if job is not None and job["status"] in LIVE:
                 continue
-            provider.terminate(cluster)
-            if store.get_cluster(cluster.cluster_id):
-                store.record_cluster(cluster.cluster_id, provider=cloud, job_id=cluster.job_id,
-                                     state="terminated", terminated_at=time.time())
-            out.append(f"removed orphan {cloud} cluster {cluster.cluster_id} (job {cluster.job_id or '?'})")
+            theirs = cluster.extra.get("owner", "")
+            if not all_owners and not same_owner(theirs, me):
+                out.append(f"left {cloud} cluster {cluster.cluster_id}: owned by {theirs or 'an unknown owner'} "
+                           "(--all-owners removes it)")
+                continue
+            doomed.append((cloud, provider, cluster))
+    if doomed and confirm is not None:
+        if not confirm([f"{cloud} cluster {c.cluster_id} (job {c.job_id or '?'}, {c.region or 'no region'})"
+                        for cloud, _, c in doomed]):
+            return out + ["nothing removed"]
+    for cloud, provider, cluster in doomed:
+        provider.terminate(cluster)
+        if store.get_cluster(cluster.cluster_id):
+            store.record_cluster(cluster.cluster_id, provider=cloud, job_id=cluster.job_id,
+                                 state="terminated", terminated_at=time.time())
+        out.append(f"removed orphan {cloud} cluster {cluster.cluster_id} (job {cluster.job_id or '?'})")
     return out
