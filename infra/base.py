@@ -70,10 +70,11 @@ class Capabilities:
 
 
 class Connection:
-    """How the client reaches a head's Jobs API: `address` (http://127.0.0.1:PORT); close() when done."""
+    """How the client reaches a head's Jobs API: `address` (http://127.0.0.1:PORT) with `headers`
+    (the cluster's Ray auth token); close() when done."""
 
-    def __init__(self, address: str, on_close=None):
-        self.address, self._on_close = address, on_close
+    def __init__(self, address: str, on_close=None, headers: dict[str, str] | None = None):
+        self.address, self._on_close, self.headers = address, on_close, dict(headers or {})
 
     def close(self) -> None:
         if self._on_close is not None:

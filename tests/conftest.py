@@ -42,9 +42,18 @@ def start_head(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory):
-    """One real Ray head for the session."""
+    """One real Ray head for the session, with token auth like every head dlrun starts. Clients reach
+    it as a user reaches a head dlrun did not start (DLRUN_RAY_ADDRESS): with Ray's own token settings
+    in the environment (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH)."""
     from infra.local import head as raycluster
 
     head = start_head(tmp_path_factory)
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=head.token_path)
     yield head
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     raycluster.stop_local_head(head)

@@ -16,7 +16,7 @@ from infra.base import BootstrapConfig
 from infra.vm.bootstrap import startup_script
 
 STUB = r"""#!/bin/bash
-echo "python $*" >> "$STUB_LOG"
+echo "python $* [auth=${RAY_AUTH_MODE:-none} token=$(cat "${RAY_AUTH_TOKEN_PATH:-/dev/null}" 2>/dev/null)]" >> "$STUB_LOG"
 if [ "$1 $2" = "-m venv" ]; then
   mkdir -p "$4/bin" && cp "$0" "$4/bin/python"; exit 0
 fi
@@ -37,8 +37,15 @@ def node(tmp_path):
         (bin_dir / name).write_text(STUB.replace("$STUB_LOG", str(tmp_path / "calls.log"))
                                     .replace("$STUB_DIR", str(tmp_path)))
         (bin_dir / name).chmod(0o755)
+    # the image's user database: the login user's home is a test directory
+    home = tmp_path / "home"
+    home.mkdir()
+    (bin_dir / "getent").write_text(f'#!/bin/bash\n[ "$2" = ubuntu ] && echo "ubuntu:x:1000:1000::{home}:/bin/bash"\n')
+    (bin_dir / "getent").chmod(0o755)
 
-    def run(script: str, ray_failures: int = 0, pip_fails: bool = False):
+    def run(script: str, ray_failures: int = 0, pip_fails: bool = False, token: str | None = "s3cret-token"):
+        if token is not None:
+            (home / ".dlrun-ray-token").write_text(token)  # what dlrun hands over through SSH
         if ray_failures:
             (tmp_path / "fails").write_text(str(ray_failures))
         if pip_fails:
@@ -61,14 +68,28 @@ CFG = BootstrapConfig(ray_version="2.60.0", python_packages=["einops==0.8.0"])
 def test_head_installs_the_pinned_ray_into_a_venv_and_starts_the_head(node):
     rc, calls, node_dir, out = node(startup_script(CFG, is_head=True, cluster_id="c-1"))
     assert rc == 0, out
-    assert calls[0] == f"python -m venv --system-site-packages {node_dir}/venv"
-    pip = next(c for c in calls if c.startswith("python -m pip install"))
+    assert calls[0].startswith(f"python -m venv --system-site-packages {node_dir}/venv ")
+    pip = next(c for c in calls if c.startswith("python -m pip install")).split(" [auth=")[0]
     assert shlex.split(pip)[4:] == ["ray[default,train]==2.60.0", "torch", "scikit-learn", "numpy", "einops==0.8.0"]
     (start,) = [c for c in calls if "ray.scripts.scripts" in c]
     assert "start --head" in start and "--port=6379 --dashboard-host=127.0.0.1 --dashboard-port=8265" in start
+    assert start.endswith("[auth=token token=s3cret-token]")  # Ray starts with token auth, the token handed over
+    assert not (node_dir.parent / "home" / ".dlrun-ray-token").exists()  # moved into the node directory
     assert (node_dir / "cluster").read_text() == "c-1\n" and (node_dir / "ready").exists()
     assert "dlrun boot done" in (node_dir / "boot.log").read_text()
     assert "PIP_BREAK_SYSTEM_PACKAGES" not in startup_script(CFG, is_head=True)
+
+
+def test_without_the_token_ray_never_starts(node, monkeypatch):
+    monkeypatch.setattr("infra.vm.bootstrap.TOKEN_WAIT_S", 2)
+    rc, calls, node_dir, _ = node(startup_script(CFG, is_head=True), token=None)
+    assert rc != 0 and not [c for c in calls if "ray.scripts.scripts" in c]
+    assert "no Ray token arrived over SSH" in (node_dir / "failed").read_text()
+
+
+def test_the_token_is_never_in_the_script():
+    script = startup_script(CFG, is_head=True)
+    assert "RAY_AUTH_TOKEN=" not in script and "RAY_AUTH_TOKEN_PATH=\"$NODE_DIR/ray_token\"" in script
 
 
 def test_worker_keeps_trying_to_join_until_the_head_is_up(node):
@@ -101,7 +122,7 @@ def test_hostile_values_stay_single_arguments_and_run_nothing(node, tmp_path):
     rc, calls, node_dir, out = node(startup_script(cfg, is_head=True, cluster_id=f"x'; touch {marker}; '"))
     assert rc == 0 and not marker.exists(), out
     pip = next(c for c in calls if c.startswith("python -m pip install"))
-    assert pip.endswith(nasty)
+    assert pip.split(" [auth=")[0].endswith(nasty)
     assert (node_dir / "cluster").read_text() == f"x'; touch {marker}; '\n"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -72,6 +73,10 @@ def _wait_text(drv, needles: list[str], timeout: float = 45.0) -> str:
 
 def test_jobs_page_lists_the_job_and_detail_shows_metadata(browser, ray_head, job, tmp_path):
     sub = job["ray_submission_id"]
+    # the head runs with token auth: log the browser in as a user does (the dashboard's token cookie)
+    browser.get(f"{ray_head.dashboard_url}/api/version")
+    browser.add_cookie({"name": "ray-authentication-token", "value": Path(os.environ["RAY_AUTH_TOKEN_PATH"])
+                        .read_text().strip(), "path": "/"})
     browser.get(f"{ray_head.dashboard_url}/#/jobs")
     try:
         text = _wait_text(browser, [sub])

@@ -1,8 +1,10 @@
 """End to end on a real local Ray head: submit, status, Ray's own job list, resume, down."""
 import json
 import os
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -114,3 +116,40 @@ def test_down_stops_only_the_head_dlrun_started(ray_head, dlrun_home, tmp_path):
         os.killpg(pgid, 0)
     assert raycluster.dashboard_alive(ray_head.dashboard_url)  # the other head is untouched
     assert "nothing to stop" in dlrun("down", env=env).stdout
+
+
+UNAUTHENTICATED = """
+import sys, ray
+from ray.job_submission import JobSubmissionClient
+address, dashboard = sys.argv[1], sys.argv[2]
+try:
+    JobSubmissionClient(dashboard).list_jobs()
+    print("JOBS_API_OPEN")
+except Exception as e:
+    print("jobs api refused:", type(e).__name__)
+try:
+    ray.init(address=address, log_to_driver=False)
+    print("TASK_RAN", ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=20))
+except Exception as e:
+    print("gcs refused:", type(e).__name__)
+"""
+
+
+def unauthenticated_client(gcs: str, dashboard: str, timeout: float = 120) -> str:
+    """What a process without the head's token gets from its GCS port and Jobs API."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(HOME=tempfile.mkdtemp(prefix="no-token-home-"), RAY_USAGE_STATS_ENABLED="0")
+    try:
+        return subprocess.run([sys.executable, "-c", UNAUTHENTICATED, gcs, dashboard], capture_output=True,
+                              text=True, env=env, timeout=timeout).stdout
+    except subprocess.TimeoutExpired:
+        return "gcs never answered"
+
+
+def test_a_client_without_the_token_can_neither_run_tasks_nor_use_the_jobs_api(ray_head):
+    lan = socket.gethostbyname(socket.gethostname())
+    port = ray_head.gcs_address.rsplit(":", 1)[1]
+    out = unauthenticated_client(f"{lan}:{port}", ray_head.dashboard_url)
+    assert "JOBS_API_OPEN" not in out and "TASK_RAN" not in out, out
+    out = unauthenticated_client(ray_head.gcs_address, ray_head.dashboard_url)
+    assert "JOBS_API_OPEN" not in out and "TASK_RAN" not in out, out

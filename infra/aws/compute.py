@@ -10,13 +10,14 @@ LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
 
 
 def run_params(request: ClusterRequest, *, ami: str, group_id: str, key_name: str, tags: dict[str, str],
-               cfg: BootstrapConfig, zone: str, count: int, head_ip: str | None) -> dict:
+               cfg: BootstrapConfig, zone: str, count: int, head_ip: str | None, login_user: str) -> dict:
     is_head = head_ip is None
     role = "head" if is_head else "worker"
     params = dict(
         ImageId=ami, InstanceType=request.offer.instance_type, MinCount=count, MaxCount=count,
         KeyName=key_name, SecurityGroupIds=[group_id], Placement={"AvailabilityZone": zone},
-        UserData=startup_script(cfg, is_head=is_head, head_ip=head_ip, cluster_id=request.cluster_id),
+        UserData=startup_script(cfg, is_head=is_head, head_ip=head_ip, cluster_id=request.cluster_id,
+                                login_user=login_user),
         InstanceInitiatedShutdownBehavior="terminate",
         TagSpecifications=[
             net.tag_spec("instance", {**tags, TAG_ROLE: role,

@@ -23,6 +23,7 @@ from infra.base import (TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, Cluste
                         CredentialsError, NodeState, ProvisionError)
 from infra.identity import owner_identity
 from infra.vm.keys import remove_cluster_key
+from infra.auth import remove_token
 from infra.vm.ssh import forget_host_keys
 from infra.vm.poll import poll_until
 from infra.vm.provider import Created, Found, VmProvider, local_ray_version
@@ -104,7 +105,7 @@ class AwsProvider(VmProvider):
             created.key = key_name if made_key else ""
         instance_tags = {**tags, TAG_PRICE: f"{request.offer.hourly(request.spot):.6g}",
                          TAG_SPOT: str(bool(request.spot)).lower(), TAG_SSH_USER: ssh_user}
-        return dict(ami=ami, group_id=group_id, key_name=key_name, tags=instance_tags,
+        return dict(ami=ami, group_id=group_id, key_name=key_name, tags=instance_tags, login_user=ssh_user,
                     cfg=request.bootstrap or BootstrapConfig(ray_version=local_ray_version("aws")))
 
     def launch_in_zone(self, request: ClusterRequest, zone: str, prepared: dict, existing,
@@ -181,6 +182,7 @@ class AwsProvider(VmProvider):
         for group in net.find_security_groups(ec2, cluster_id):
             self._delete_group_when_free(ec2, group["GroupId"])
         forget_host_keys(cluster_id)
+        remove_token(cluster_id)
         if not own_key:
             for key in net.find_key_pairs(ec2, cluster_id):
                 net.delete_key_pair(ec2, key)

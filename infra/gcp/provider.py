@@ -25,6 +25,7 @@ from infra.gcp.compute import (DEFAULT_ZONES, META_CLUSTER_ID, META_JOB_ID, META
 from infra.gcp.records import cluster_from_instances, node_state
 from infra.vm.bootstrap import startup_script
 from infra.vm.keys import ensure_cluster_key, key_path, remove_cluster_key
+from infra.auth import remove_token
 from infra.vm.ssh import forget_host_keys
 from infra.vm.provider import Created, Found, VmProvider, local_ray_version
 
@@ -123,10 +124,11 @@ class GcpProvider(VmProvider):
         have = {i.name for i in (existing.instances.get(zone, []) if existing else [])}
         what = f"{request.offer.instance_type}{' (spot)' if request.spot else ''}"
         if names[0] not in have:
-            script = startup_script(cfg, is_head=True, cluster_id=request.cluster_id)
+            script = startup_script(cfg, is_head=True, cluster_id=request.cluster_id, login_user=net.SSH_USER)
             self._wait(self._insert(request, zone, names[0], True, script, public_key, created), zone, what=what)
         head_ip = addresses_of(self._get_instance(zone, names[0]))[0]
-        script = startup_script(cfg, is_head=False, head_ip=head_ip, cluster_id=request.cluster_id)
+        script = startup_script(cfg, is_head=False, head_ip=head_ip, cluster_id=request.cluster_id,
+                                login_user=net.SSH_USER)
         ops = [self._insert(request, zone, name, False, script, public_key, created)
                for name in names[1:] if name not in have]
         errors = []
@@ -234,6 +236,7 @@ class GcpProvider(VmProvider):
             raise gcp_errors.from_exception(e, region=cluster.region) from None
         remove_cluster_key(cluster.cluster_id)
         forget_host_keys(cluster.cluster_id)
+        remove_token(cluster.cluster_id)
         self._terminated.add(cluster.cluster_id)
 
     def _delete_instances(self, keys: list[tuple[str, str]], strict: bool = False) -> None:

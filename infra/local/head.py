@@ -33,6 +33,7 @@ class LocalHead:
     metrics_port: int | None = None
     started_at: float = 0.0
     temp_dir: str | None = None  # the head's own Ray --temp-dir (sessions, logs)
+    token_path: str | None = None  # its Ray auth token (heads dlrun starts run with token auth)
 
 
 def _record_path() -> Path:
@@ -103,17 +104,21 @@ def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeou
            f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}"]
     if num_cpus:
         cmd.append(f"--num-cpus={num_cpus}")
-    # Ray >= 2.5x turns token authentication on by itself once ~/.ray/auth_token exists (any earlier
-    # local ray.init() writes one), and then refuses every client that lacks it. The head dlrun starts
-    # listens on 127.0.0.1 only; its auth mode is explicit: the user's RAY_AUTH_MODE, else disabled.
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0",
-               RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"))
+    # token authentication, with dlrun's own token (never ~/.ray/auth_token, which any earlier local
+    # ray.init() may have written): a process on this machine or the LAN without it can neither run
+    # tasks through the GCS nor use the Jobs API; job drivers inherit the token from the head
+    from infra.auth import LOCAL, ensure_token, token_path
+
+    ensure_token(LOCAL)
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token",
+               RAY_AUTH_TOKEN_PATH=str(token_path(LOCAL)))
+    env.pop("RAY_AUTH_TOKEN", None)
     log = open(dlrun_home() / "local_head.log", "ab")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env=env, start_new_session=True)
     head = LocalHead(dashboard_url=f"http://127.0.0.1:{dashboard_port}", gcs_address=f"127.0.0.1:{gcs_port}",
                      pgid=proc.pid, started_by_dlrun=True, metrics_port=metrics_port, started_at=time.time(),
-                     temp_dir=temp_dir)
+                     temp_dir=temp_dir, token_path=str(token_path(LOCAL)))
     _record_path().write_text(json.dumps(asdict(head)))
     try:
         wait_dashboard(head.dashboard_url, timeout, proc=proc, what="the local Ray head",

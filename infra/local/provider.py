@@ -36,7 +36,9 @@ class LocalProvider:
                        extra={"started_by_dlrun": head.started_by_dlrun, "pgid": head.pgid})
 
     def connect(self, cluster: Cluster) -> Connection:
-        return Connection(cluster.head_address)
+        from infra.auth import local_head_headers
+
+        return Connection(cluster.head_address, headers=local_head_headers(cluster.head_address))
 
     def status(self, cluster: Cluster) -> list[NodeState]:
         alive = dashboard_alive(cluster.head_address, timeout=2.0)

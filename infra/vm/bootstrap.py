@@ -32,8 +32,12 @@ set -eE
 '''
 
 
+TOKEN_WAIT_S = 1800  # how long a node waits for dlrun to hand it the cluster's Ray token over SSH
+TOKEN_FILE = ".dlrun-ray-token"  # where dlrun puts it, in the login user's home (0600)
+
+
 def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None = None,
-                   cluster_id: str = "", node_dir: str = NODE_DIR) -> str:
+                   cluster_id: str = "", node_dir: str = NODE_DIR, login_user: str = "ubuntu") -> str:
     """A bash script for cloud-init (AWS user-data) or GCE `startup-script` metadata."""
     if not is_head and not head_ip:
         raise ValueError("a worker node needs the head's private IP")
@@ -59,6 +63,16 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
         '[ -x "$VENV/bin/python" ] || "$PY" -m venv --system-site-packages "$VENV"',
         'export PATH="$VENV/bin:$PATH"  # Ray workers and job drivers inherit it: `python` is the venv\'s',
         f'"$VENV/bin/python" -m pip install {pip} || fail {shlex.quote("pip could not install " + " ".join(packages))}',
+        # Ray's token arrives over SSH (never in this script: user-data and metadata are readable by anyone
+        # with describe rights); the login user may not exist yet when this starts (GCE's guest agent)
+        'echo "waiting for the cluster\'s Ray token over SSH"',
+        f"for i in $(seq 1 {TOKEN_WAIT_S}); do",
+        f"  HOME_DIR=$(getent passwd {shlex.quote(login_user)} | cut -d: -f6)",
+        f'  [ -n "$HOME_DIR" ] && [ -s "$HOME_DIR/{TOKEN_FILE}" ] && break; sleep 1',
+        "done",
+        f'[ -n "$HOME_DIR" ] && [ -s "$HOME_DIR/{TOKEN_FILE}" ] || fail "no Ray token arrived over SSH"',
+        f'install -m 600 "$HOME_DIR/{TOKEN_FILE}" "$NODE_DIR/ray_token" && rm -f "$HOME_DIR/{TOKEN_FILE}"',
+        'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$NODE_DIR/ray_token"',
         "NODE_IP=$(hostname -I 2>/dev/null | awk '{print $1}')",
         '[ -n "$NODE_IP" ] || NODE_IP=$(ip -4 -o addr show scope global | awk \'{print $4}\' | cut -d/ -f1 | head -n1)',
         start,

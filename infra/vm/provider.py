@@ -118,20 +118,23 @@ class VmProvider:
         A node that cannot be reached, failed its boot script or never joined raises ProvisionError
         (with the boot log's last lines): the caller tears the cluster down and tries the next offer.
         """
+        from infra.auth import bearer, ensure_token
         from infra.reach import wait_dashboard
         from infra.vm import ready
         from infra.vm.ssh import open_tunnel
 
-        ready.wait_booted(cluster)
+        token = ensure_token(cluster.cluster_id)
+        ready.wait_booted(cluster, token=token)
         tunnel = open_tunnel(cluster, 8265)
         try:
             wait_dashboard(tunnel.local_address, timeout=120, what=f"the Ray head of {cluster.cluster_id}",
                            cloud=self.name)
-            ready.wait_joined(cluster, tunnel.local_address, gpus_per_node=int(cluster.extra.get("gpus_per_node", 0)))
+            ready.wait_joined(cluster, tunnel.local_address, headers=bearer(token),
+                              gpus_per_node=int(cluster.extra.get("gpus_per_node", 0)))
         except BaseException:
             tunnel.close()
             raise
-        return Connection(tunnel.local_address, tunnel.close)
+        return Connection(tunnel.local_address, tunnel.close, headers=bearer(token))
 
     # ---------------------------------------------------------------- what a cloud supplies
     def check_region(self, region: str) -> None:

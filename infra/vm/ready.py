@@ -11,7 +11,7 @@ import urllib.request
 
 from infra.base import Cluster, Node, ProvisionError
 from infra.vm import ssh
-from infra.vm.bootstrap import NODE_DIR
+from infra.vm.bootstrap import NODE_DIR, TOKEN_FILE
 
 BOOT_TIMEOUT_ENV = "DLRUN_BOOT_TIMEOUT"   # seconds a node may take to install and start Ray (default 900)
 JOIN_TIMEOUT_S = 300.0
@@ -38,14 +38,26 @@ def boot_log_tail(cluster: Cluster, node: Node, lines: int = LOG_LINES) -> str:
     return out if code == 0 and out else "(no boot log)"
 
 
-def wait_booted(cluster: Cluster, *, timeout_s: float | None = None, poll_s: float = 3.0,
-                sleep=time.sleep) -> None:
-    """Until every node wrote its ready marker; ProvisionError with the boot log when one failed."""
+def hand_over_token(cluster: Cluster, node: Node, token: str) -> None:
+    """Write the cluster's Ray token into the login user's home on the node (0600), over SSH: the boot
+    script moves it to the node directory and only then starts Ray."""
+    code, out = ssh.run(cluster, f"umask 077 && cat > ~/{TOKEN_FILE}.tmp && mv ~/{TOKEN_FILE}.tmp ~/{TOKEN_FILE}",
+                        node, timeout=30, stdin=token)
+    if code != 0:
+        raise ProvisionError(f"could not hand the Ray token to {node.node_id}: {out[-200:]}", cloud=cluster.provider)
+
+
+def wait_booted(cluster: Cluster, *, token: str | None = None, timeout_s: float | None = None,
+                poll_s: float = 3.0, sleep=time.sleep) -> None:
+    """Until every node wrote its ready marker; ProvisionError with the boot log when one failed.
+    Each node gets the cluster's Ray token as soon as it accepts SSH."""
     timeout_s = boot_timeout_s() if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
     waiting = list(cluster.nodes)
     for node in waiting:
         ssh.wait_for_ssh(cluster, node, timeout_s=max(1.0, deadline - time.monotonic()), sleep=sleep)
+        if token:
+            hand_over_token(cluster, node, token)
     while waiting:
         for node in list(waiting):
             state, detail = _boot_state(cluster, node)

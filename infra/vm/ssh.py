@@ -57,10 +57,12 @@ def base_command(cluster: Cluster, node: Node | None = None, *, connect_timeout:
     return cmd + [f"{cluster.ssh_user or 'ubuntu'}@{host}"]
 
 
-def run(cluster: Cluster, command: str, node: Node | None = None, *, timeout: float = 60) -> tuple[int, str]:
-    """(exit code, stdout+stderr) of a shell command on a node; 255 when SSH itself failed."""
+def run(cluster: Cluster, command: str, node: Node | None = None, *, timeout: float = 60,
+        stdin: str | None = None) -> tuple[int, str]:
+    """(exit code, stdout+stderr) of a shell command on a node; 255 when SSH itself failed.
+    stdin is how a secret travels (never on the command line, which `ps` shows)."""
     try:
-        proc = subprocess.run([*base_command(cluster, node), command], stdin=subprocess.DEVNULL,
+        proc = subprocess.run([*base_command(cluster, node), command], input=stdin if stdin is not None else "",
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return 255, f"ssh timed out after {timeout:.0f}s"

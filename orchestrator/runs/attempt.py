@@ -162,7 +162,7 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
             outcome = Outcome("NOT_READY", e.message)
             return e
         address = connection.address
-        jobs = (ctx.jobs_client or _ray_jobs)(address)
+        jobs = ctx.jobs_client(address) if ctx.jobs_client else _ray_jobs(address, connection.headers)
         if submission is not None:
             submission_id = submission["submission_id"]
             jobs.submit(**submission)
@@ -207,10 +207,10 @@ def provider_cleanup(provider, cluster_id: str) -> None:
             provider.terminate(owned)
 
 
-def _ray_jobs(address: str):
+def _ray_jobs(address: str, headers: dict[str, str]):
     from orchestrator.runs.ray_jobs import RayJobs
 
-    return RayJobs(address)
+    return RayJobs(address, headers)
 
 
 def _on_event(store: Store, job_id: str, kind: str, detail: dict) -> None:

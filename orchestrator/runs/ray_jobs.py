@@ -9,11 +9,16 @@ TERMINAL_RAY_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 class RayJobs:
     """The Ray Jobs API of one cluster (a thin layer over JobSubmissionClient)."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, headers: dict[str, str] | None = None):
+        """headers: the cluster's bearer token; by default the one of dlrun's local head at address."""
         from ray.job_submission import JobSubmissionClient
 
+        if headers is None:
+            from infra.auth import local_head_headers
+
+            headers = local_head_headers(address)
         self.address = address
-        self.client = JobSubmissionClient(address)
+        self.client = JobSubmissionClient(address, headers=headers or None)
 
     def submit(self, *, entrypoint: str, submission_id: str, runtime_env: dict, metadata: dict,
                entrypoint_num_gpus: float | None = None, agent_wait_s: float = 120.0) -> str:

@@ -24,6 +24,7 @@ from tests.fakes.vm.clouds import wait_until
 from tests.fakes.vm.fixtures import vm_support_problem
 from tests.fakes.vm.lab import VmLab
 from tests.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
+from tests.test_local_e2e import unauthenticated_client
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
@@ -192,6 +193,10 @@ def test_supervisor_killed_with_9_is_picked_up_and_reattaches(env, tmp_path, mot
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()
     wait_for(lambda: status(job, env)["status"] == "RUNNING")
+    # the head's GCS is on the VM network; without the cluster's token nothing runs there
+    (head,) = instances(moto_server, job, ["running"])
+    out = unauthenticated_client(f"{head['PrivateIpAddress']}:6379", f"http://{head['PrivateIpAddress']}:8265")
+    assert "TASK_RAN" not in out and "JOBS_API_OPEN" not in out, out
     pid = status(job, env)["supervisor_pid"]
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/cmdline").read_bytes() == b"",

@@ -1,0 +1,54 @@
+"""Ray token authentication for every cluster dlrun starts: one secret per cluster (and one for the
+local head), kept under $DLRUN_HOME/tokens (0600) and sent as a bearer header by dlrun's clients.
+
+A cloud node gets its token over SSH after boot (infra/vm/ready.py), never through user-data or
+metadata, which anyone with describe rights can read; Ray starts on the node only once it is there.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from infra.paths import dlrun_home
+
+LOCAL = "local-head"
+
+
+def token_path(name: str) -> Path:
+    d = dlrun_home() / "tokens"
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return d / name
+
+
+def ensure_token(name: str) -> str:
+    """The cluster's token, made once (64 hex characters, file mode 0600)."""
+    path = token_path(name)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path.read_text().strip()
+
+
+def read_token(name: str) -> str | None:
+    path = token_path(name)
+    return path.read_text().strip() if path.exists() else None
+
+
+def remove_token(name: str) -> None:
+    token_path(name).unlink(missing_ok=True)
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def local_head_headers(address: str) -> dict[str, str]:
+    """The bearer header for the local head dlrun started at `address` (none for another head)."""
+    from infra.local.head import recorded_head
+
+    head = recorded_head()
+    if head is None or not head.started_by_dlrun or head.dashboard_url.rstrip("/") != address.rstrip("/"):
+        return {}
+    return bearer(read_token(LOCAL))
