@@ -42,13 +42,3 @@ def remove_token(name: str) -> None:
 
 def bearer(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def local_head_headers(address: str) -> dict[str, str]:
-    """The bearer header for the local head dlrun started at `address` (none for another head)."""
-    from infra.local.head import recorded_head
-
-    head = recorded_head()
-    if head is None or not head.started_by_dlrun or head.dashboard_url.rstrip("/") != address.rstrip("/"):
-        return {}
-    return bearer(read_token(LOCAL))

@@ -96,6 +96,8 @@ class BootstrapConfig:
     python_packages: list[str] = field(default_factory=list)
     ray_port: int = 6379
     dashboard_port: int = 8265
+    heartbeat_timeout_s: int = 900  # a node powers itself off after this long without dlrun's heartbeat
+    max_run_s: int = 0              # ... and unconditionally after this long (0: no hard limit)
 
 
 @dataclass
@@ -172,6 +174,9 @@ class Provider(Protocol):
 
     def preflight(self) -> None:
         """Raise the error that would make every launch here fail (credentials, settings), if any."""
+
+    def heartbeat(self, cluster: Cluster) -> None:
+        """Keep the cluster's watchdog from powering its nodes off: dlrun still watches."""
 
     def launch(self, request: ClusterRequest) -> Cluster:
         """Start (or find, when already started: idempotent by cluster id) the cluster's nodes."""

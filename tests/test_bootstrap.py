@@ -37,6 +37,9 @@ def node(tmp_path):
         (bin_dir / name).write_text(STUB.replace("$STUB_LOG", str(tmp_path / "calls.log"))
                                     .replace("$STUB_DIR", str(tmp_path)))
         (bin_dir / name).chmod(0o755)
+    # the watchdog would power the machine off: here `setsid` only records how it was started
+    (bin_dir / "setsid").write_text(f'#!/bin/bash\necho "setsid $*" >> {tmp_path / "calls.log"}\n')
+    (bin_dir / "setsid").chmod(0o755)
     # the image's user database: the login user's home is a test directory
     home = tmp_path / "home"
     home.mkdir()
@@ -68,7 +71,7 @@ CFG = BootstrapConfig(ray_version="2.60.0", python_packages=["einops==0.8.0"])
 def test_head_installs_the_pinned_ray_into_a_venv_and_starts_the_head(node):
     rc, calls, node_dir, out = node(startup_script(CFG, is_head=True, cluster_id="c-1"))
     assert rc == 0, out
-    assert calls[0].startswith(f"python -m venv --system-site-packages {node_dir}/venv ")
+    assert calls[1].startswith(f"python -m venv --system-site-packages {node_dir}/venv ")
     pip = next(c for c in calls if c.startswith("python -m pip install")).split(" [auth=")[0]
     assert shlex.split(pip)[4:] == ["ray[default,train]==2.60.0", "torch", "scikit-learn", "numpy", "einops==0.8.0"]
     (start,) = [c for c in calls if "ray.scripts.scripts" in c]
@@ -78,6 +81,16 @@ def test_head_installs_the_pinned_ray_into_a_venv_and_starts_the_head(node):
     assert (node_dir / "cluster").read_text() == "c-1\n" and (node_dir / "ready").exists()
     assert "dlrun boot done" in (node_dir / "boot.log").read_text()
     assert "PIP_BREAK_SYSTEM_PACKAGES" not in startup_script(CFG, is_head=True)
+
+
+def test_the_watchdog_starts_first_with_the_limits(node):
+    cfg = BootstrapConfig(ray_version="2.60.0", heartbeat_timeout_s=120, max_run_s=7200)
+    rc, calls, node_dir, out = node(startup_script(cfg, is_head=True, login_user="ubuntu"))
+    assert rc == 0, out
+    (watchdog,) = [c for c in calls if c.startswith("setsid")]
+    assert watchdog == f"setsid nohup bash {node_dir}/watchdog.sh 120 7200 ubuntu"
+    assert calls.index(watchdog) < next(i for i, c in enumerate(calls) if "pip install" in c)
+    assert "shutdown -h now" in (node_dir / "watchdog.sh").read_text()
 
 
 def test_without_the_token_ray_never_starts(node, monkeypatch):

@@ -150,3 +150,14 @@ def stop_local_head(head: LocalHead | None = None, timeout: float = 6.0) -> bool
     if head.temp_dir and Path(head.temp_dir).name.startswith("dlrun-ray-"):
         shutil.rmtree(head.temp_dir, ignore_errors=True)
     return True
+
+
+def local_head_headers(address: str) -> dict[str, str]:
+    """The bearer header for the local head dlrun started at `address` (none for another head: a user
+    reaches that one with Ray's own RAY_AUTH_MODE / RAY_AUTH_TOKEN_PATH settings)."""
+    from infra.auth import LOCAL, bearer, read_token
+
+    head = recorded_head()
+    if head is None or not head.started_by_dlrun or head.dashboard_url.rstrip("/") != address.rstrip("/"):
+        return {}
+    return bearer(read_token(LOCAL))

@@ -36,9 +36,12 @@ class LocalProvider:
                        extra={"started_by_dlrun": head.started_by_dlrun, "pgid": head.pgid})
 
     def connect(self, cluster: Cluster) -> Connection:
-        from infra.auth import local_head_headers
+        from infra.local.head import local_head_headers
 
         return Connection(cluster.head_address, headers=local_head_headers(cluster.head_address))
+
+    def heartbeat(self, cluster: Cluster) -> None:
+        """This machine needs no watchdog."""
 
     def status(self, cluster: Cluster) -> list[NodeState]:
         alive = dashboard_alive(cluster.head_address, timeout=2.0)

@@ -9,6 +9,7 @@ Every value that came from a user or the catalog is shell-quoted; no secret is e
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from infra.base import BootstrapConfig
 
@@ -32,6 +33,8 @@ set -eE
 '''
 
 
+WATCHDOG = (Path(__file__).with_name("watchdog.sh")).read_text()
+HEARTBEAT_FILE = ".dlrun-heartbeat"  # touched over SSH by dlrun while it watches (login user's home)
 TOKEN_WAIT_S = 1800  # how long a node waits for dlrun to hand it the cluster's Ray token over SSH
 TOKEN_FILE = ".dlrun-ray-token"  # where dlrun puts it, in the login user's home (0600)
 
@@ -57,6 +60,10 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
     return "\n".join([
         _PROLOGUE % {"node_dir": node_dir},
         f'echo {shlex.quote(cluster_id)} > "$NODE_DIR/cluster"',
+        # first, so that a boot that hangs later still ends with the VM powered off
+        f"cat > \"$NODE_DIR/watchdog.sh\" <<'DLRUN_WATCHDOG'\n{WATCHDOG}DLRUN_WATCHDOG",
+        f'setsid nohup bash "$NODE_DIR/watchdog.sh" {int(cfg.heartbeat_timeout_s)} {int(cfg.max_run_s)} '
+        f'{shlex.quote(login_user)} >> "$NODE_DIR/boot.log" 2>&1 < /dev/null &',
         'PY=$(command -v python3) || fail "this image has no python3"',
         'VENV="$NODE_DIR/venv"',
         # system site-packages: what the image already has (a deep-learning image's torch) is reused

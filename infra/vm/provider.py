@@ -136,6 +136,11 @@ class VmProvider:
             raise
         return Connection(tunnel.local_address, tunnel.close, headers=bearer(token))
 
+    def heartbeat(self, cluster: Cluster) -> None:
+        from infra.vm import ready
+
+        ready.heartbeat(cluster)
+
     # ---------------------------------------------------------------- what a cloud supplies
     def check_region(self, region: str) -> None:
         """Raise when this provider cannot work in region (before anything is created)."""

@@ -11,7 +11,7 @@ import urllib.request
 
 from infra.base import Cluster, Node, ProvisionError
 from infra.vm import ssh
-from infra.vm.bootstrap import NODE_DIR, TOKEN_FILE
+from infra.vm.bootstrap import HEARTBEAT_FILE, NODE_DIR, TOKEN_FILE
 
 BOOT_TIMEOUT_ENV = "DLRUN_BOOT_TIMEOUT"   # seconds a node may take to install and start Ray (default 900)
 JOIN_TIMEOUT_S = 300.0
@@ -33,6 +33,12 @@ def _boot_state(cluster: Cluster, node: Node) -> tuple[str, str]:
     return {"READY": "ready", "FAILED": "failed"}.get(first.strip(), "booting"), rest.strip()
 
 
+def heartbeat(cluster: Cluster) -> None:
+    """Tell every node's watchdog that dlrun still watches (a node that misses it powers off)."""
+    for node in cluster.nodes:
+        ssh.run(cluster, f"touch ~/{HEARTBEAT_FILE}", node, timeout=20)
+
+
 def boot_log_tail(cluster: Cluster, node: Node, lines: int = LOG_LINES) -> str:
     code, out = ssh.run(cluster, f"tail -n {int(lines)} {NODE_DIR}/boot.log 2>/dev/null", node, timeout=30)
     return out if code == 0 and out else "(no boot log)"
@@ -41,8 +47,8 @@ def boot_log_tail(cluster: Cluster, node: Node, lines: int = LOG_LINES) -> str:
 def hand_over_token(cluster: Cluster, node: Node, token: str) -> None:
     """Write the cluster's Ray token into the login user's home on the node (0600), over SSH: the boot
     script moves it to the node directory and only then starts Ray."""
-    code, out = ssh.run(cluster, f"umask 077 && cat > ~/{TOKEN_FILE}.tmp && mv ~/{TOKEN_FILE}.tmp ~/{TOKEN_FILE}",
-                        node, timeout=30, stdin=token)
+    code, out = ssh.run(cluster, f"umask 077 && cat > ~/{TOKEN_FILE}.tmp && mv ~/{TOKEN_FILE}.tmp ~/{TOKEN_FILE}"
+                                 f" && touch ~/{HEARTBEAT_FILE}", node, timeout=30, stdin=token)
     if code != 0:
         raise ProvisionError(f"could not hand the Ray token to {node.node_id}: {out[-200:]}", cloud=cluster.provider)
 

@@ -9,6 +9,8 @@ price stored at launch, up to the moment termination was requested.
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -22,6 +24,9 @@ from orchestrator.cost import CostMeter, node_seconds_cost
 from orchestrator.runs.watch import Outcome, Watcher
 
 # outcomes after which the Ray job may still be running and must be stopped before teardown
+HEARTBEAT_ENV = "DLRUN_HEARTBEAT_S"  # how often dlrun beats a cloud cluster's watchdog (default 60)
+HEARTBEAT_TIMEOUT_ENV = "DLRUN_HEARTBEAT_TIMEOUT_S"  # silence after which nodes power off (default 900)
+DEADLINE_MARGIN_S = 1800.0  # a node powers off at the job's deadline plus this, whatever happens
 UNFINISHED = ("PREEMPTED", "BUDGET_EXCEEDED", "INTERRUPTED")
 
 
@@ -67,7 +72,8 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
 
     request = ClusterRequest(cluster_id=cluster_id, job_id=ctx.job_id, offer=offer, spot=cand.spot, num_nodes=nodes,
                              bootstrap=BootstrapConfig(ray_version=ray.__version__,
-                                                       python_packages=list(spec.requirements)),
+                                                       python_packages=list(spec.requirements),
+                                                       **watchdog_limits(spec)),
                              image=spec.resources.image, owner=owner_identity())
     cluster = None
     try:
@@ -151,7 +157,7 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
     from infra.base import ProviderError
 
     store, job_id = ctx.store, ctx.job_id
-    connection = jobs = None
+    connection = jobs = beats = None
     outcome = Outcome("INTERRUPTED", "dlrun stopped while the job ran")
     try:
         ctx.view.phase = "bootstrapping"
@@ -162,6 +168,7 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
             outcome = Outcome("NOT_READY", e.message)
             return e
         address = connection.address
+        beats = Heartbeat(provider, cluster).start()
         jobs = ctx.jobs_client(address) if ctx.jobs_client else _ray_jobs(address, connection.headers)
         if submission is not None:
             submission_id = submission["submission_id"]
@@ -185,6 +192,8 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
         if jobs is not None and submission_id and outcome.kind in UNFINISHED:
             jobs.stop(submission_id)  # the job writes no more; its checkpoints stay where they are
         stop_at = ctx.clock()
+        if beats is not None:
+            beats.stop()
         if connection is not None:
             connection.close()
         provider.terminate(cluster)
@@ -205,6 +214,38 @@ def provider_cleanup(provider, cluster_id: str) -> None:
     for owned in provider.list_owned():
         if owned.cluster_id == cluster_id:
             provider.terminate(owned)
+
+
+def watchdog_limits(spec) -> dict:
+    """How long a cloud node lives without dlrun's heartbeat, and at most (the deadline plus a margin)."""
+    deadline = spec.budget.deadline_seconds
+    return {"heartbeat_timeout_s": int(float(os.environ.get(HEARTBEAT_TIMEOUT_ENV, 900))),
+            "max_run_s": int(deadline + DEADLINE_MARGIN_S) if deadline else 0}
+
+
+class Heartbeat:
+    """Beats the cluster's watchdog every interval while this attempt watches it (a thread)."""
+
+    def __init__(self, provider, cluster, interval_s: float | None = None):
+        self.provider, self.cluster = provider, cluster
+        self.interval_s = interval_s if interval_s is not None else float(os.environ.get(HEARTBEAT_ENV, 60))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"heartbeat-{cluster.cluster_id}")
+
+    def start(self) -> "Heartbeat":
+        if getattr(self.provider, "heartbeat", None) is not None:
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.provider.heartbeat(self.cluster)
+            except Exception:  # a missed beat is not an error: the watchdog allows many minutes
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def _ray_jobs(address: str, headers: dict[str, str]):

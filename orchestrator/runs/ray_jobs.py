@@ -14,7 +14,7 @@ class RayJobs:
         from ray.job_submission import JobSubmissionClient
 
         if headers is None:
-            from infra.auth import local_head_headers
+            from infra.local.head import local_head_headers
 
             headers = local_head_headers(address)
         self.address = address

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from infra.base import NodeState
 from orchestrator.errors import JobFailedError
 from orchestrator.paths import job_log_path
 from orchestrator.planning.spec import parse_job
@@ -70,16 +71,24 @@ def test_after_max_preemptions_only_on_demand(store, clock):
     assert_nothing_left(store, job_id, aws)
 
 
-def test_unreachable_head_counts_as_preemption(store, clock):
+def test_unreachable_head_counts_as_preemption_once_the_cloud_says_its_node_is_gone(store, clock):
     _, plan, job_id = new_job(store)
     aws = FakeBackend("aws")
-    down = [ConnectionError("connection refused")] * 10
+    down = [ConnectionError("connection refused")] * 20
     jobs = JobsFactory(clock, ["RUNNING", *down], RESUMED_RUN)
+    first = []
+
+    def on_status(cluster):  # the cloud reports the first cluster's node gone after the first check
+        first.append(cluster.cluster_id)
+        return [NodeState(cluster.nodes[0].node_id, "preempted" if len(first) > 1 else "running")]
+    aws.status = lambda cluster: on_status(cluster) if cluster.cluster_id == aws.launched[0] else \
+        [NodeState(n.node_id, "running") for n in cluster.nodes]
 
     res = run(job_id, store, plan, [aws], jobs, clock, node_poll_s=10_000)
 
     assert res.status == "SUCCEEDED"
-    assert store.get_job(job_id)["preemptions"] == 1 and jobs.clients[0].polls == 11
+    # 10 failed polls: the nodes still run (a blip) — 10 more: the cloud says gone (a preemption)
+    assert store.get_job(job_id)["preemptions"] == 1 and jobs.clients[0].polls == 21
     assert jobs.clients[0].stopped == [f"dlrun-{job_id}-1"]
     assert_nothing_left(store, job_id, aws)
 

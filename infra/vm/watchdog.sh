@@ -1,0 +1,24 @@
+#!/bin/bash
+# dlrun's node watchdog: powers this VM off (the cloud then deletes it) when dlrun's heartbeat has been
+# silent for IDLE_S seconds (dlrun, or its detached supervisor, touches ~LOGIN_USER/.dlrun-heartbeat
+# over SSH every minute while it watches), and unconditionally after HARD_S seconds (0: no limit).
+# A forgotten cluster — a laptop asleep, dlrun killed, the network gone — stops costing money.
+IDLE_S="$1"; HARD_S="$2"; LOGIN_USER="$3"; CHECK_S="${4:-20}"
+START=$(date +%s)
+while sleep "$CHECK_S"; do
+  NOW=$(date +%s)
+  HOME_DIR=$(getent passwd "$LOGIN_USER" | cut -d: -f6)
+  BEAT=$(stat -c %Y "$HOME_DIR/.dlrun-heartbeat" 2>/dev/null || echo "$START")
+  [ "$BEAT" -lt "$START" ] && BEAT="$START"
+  if [ "$HARD_S" -gt 0 ] && [ $((NOW - START)) -ge "$HARD_S" ]; then
+    WHY="it has run ${HARD_S}s, the job's deadline plus a margin"
+  elif [ $((NOW - BEAT)) -ge "$IDLE_S" ]; then
+    WHY="no heartbeat from dlrun for $((NOW - BEAT))s (limit ${IDLE_S}s)"
+  else
+    continue
+  fi
+  echo "dlrun watchdog: powering off: $WHY"
+  sync
+  shutdown -h now "dlrun watchdog" || poweroff || halt -p
+  exit 0
+done
