@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -87,6 +89,15 @@ def wait_for_ssh(cluster: Cluster, node: Node | None = None, *, timeout_s: float
         delay = min(delay * 1.5, 15.0)
 
 
+def _die_with_parent() -> None:
+    """Linux: the tunnel ends when dlrun does, even on kill -9 (it is in its own session, so that
+    Ctrl-C reaches dlrun first and dlrun tears down in order)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -111,7 +122,8 @@ class Tunnel:
         cmd = base_command(self.cluster)
         cmd[1:1] = ["-N", "-o", "ExitOnForwardFailure=yes", "-L", forward]
         return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=_die_with_parent)
 
     def open(self, timeout_s: float = 60.0) -> "Tunnel":
         deadline = time.monotonic() + timeout_s

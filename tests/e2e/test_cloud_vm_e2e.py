@@ -98,6 +98,12 @@ def instances(moto_server, job, states=None) -> list[dict]:
     return [i for r in ec2(moto_server).describe_instances(Filters=f)["Reservations"] for i in r["Instances"]]
 
 
+def tunnel_pids(job_cluster_id: str) -> list[int]:
+    """dlrun's ssh processes for one cluster (their known_hosts file is named after it)."""
+    out = subprocess.run(["pgrep", "-f", f"known_hosts/{job_cluster_id}"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
 def assert_aws_left_nothing(moto_server, job, lab, dlrun_home):
     client = ec2(moto_server)
     assert instances(moto_server, job), "the job's instances were never launched"
@@ -197,6 +203,13 @@ def test_supervisor_killed_with_9_is_picked_up_and_reattaches(env, tmp_path, mot
     (head,) = instances(moto_server, job, ["running"])
     out = unauthenticated_client(f"{head['PrivateIpAddress']}:6379", f"http://{head['PrivateIpAddress']}:8265")
     assert "TASK_RAN" not in out and "JOBS_API_OPEN" not in out, out
+    # the connection drops (Wi-Fi, a laptop lid): the tunnel is re-opened and the job goes on
+    st = status(job, env)
+    for tunnel in tunnel_pids(st["cluster_id"]):
+        os.kill(tunnel, signal.SIGKILL)
+    epoch = (st["metrics"] or {}).get("epoch", 0)
+    wait_for(lambda: (status(job, env)["metrics"] or {}).get("epoch", 0) >= epoch + 2)
+    assert status(job, env)["attempts"] == 1
     pid = status(job, env)["supervisor_pid"]
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/cmdline").read_bytes() == b"",
@@ -207,4 +220,25 @@ def test_supervisor_killed_with_9_is_picked_up_and_reattaches(env, tmp_path, mot
     assert st["status"] == "SUCCEEDED", st
     assert st["attempts"] == 1, "re-attached to the running job, not relaunched"
     assert any(e["kind"] == "reattach" for e in st["events"])
+    assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
+
+
+def test_a_cluster_nobody_watches_powers_itself_off(env, tmp_path, moto_server, lab, dlrun_home):
+    env = dict(env, DLRUN_HEARTBEAT_TIMEOUT_S="30", DLRUN_HEARTBEAT_S="5")
+    r = dlrun("submit", str(job_file(tmp_path, epochs=200, batch=8, name="forgotten")), "--backend", "aws",
+              "--detach", env=env)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    wait_for(lambda: status(job, env)["status"] == "RUNNING")
+    st = status(job, env)
+    os.kill(st["supervisor_pid"], signal.SIGKILL)  # dlrun dies with the laptop: nobody beats the watchdog
+    for pid in tunnel_pids(st["cluster_id"]):
+        os.kill(pid, signal.SIGKILL)
+    (inst,) = instances(moto_server, job, ["running"])
+    wait_for(lambda: not instances(moto_server, job, ["running", "pending"]), timeout=180)
+    console = ec2(moto_server).get_console_output(InstanceId=inst["InstanceId"]).get("Output", "")
+    assert "dlrun watchdog: powering off: no heartbeat from dlrun" in console, console[-2000:]
+    # dlrun cancel removes what is left of the record (security group, key pair)
+    r = dlrun("cancel", job, env=env)
+    assert r.returncode == 0, r.stderr
     assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
