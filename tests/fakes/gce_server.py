@@ -3,7 +3,8 @@
 Serves the endpoints dlrun uses (instances insert/get/list/delete/getSerialPortOutput, zone
 operations get/wait/list, firewalls insert/get/list/delete, global operations get/wait) on 127.0.0.1,
 validates request bodies the way GCE does, and answers with GCE-shaped Operation and error JSON.
-Faults are injected through methods on FakeGce: stockout(zone), quota(metric), forbid(), preempt(instance).
+Faults are injected through methods on FakeGce: stockout(zone), quota(metric), forbid(), preempt(instance);
+guest_shutdown(instance) is what GCE does when the VM's OS powers itself off (the VM harness calls it).
 
     with FakeGce() as gce:
         client = compute_v1.InstancesClient(credentials=AnonymousCredentials(),
@@ -113,6 +114,24 @@ class FakeGce:
                 inst["status"] = "TERMINATED"
             self._operation(zone, "compute.instances.preempted", inst["selfLink"], done=True,
                             user="system")
+
+    def guest_shutdown(self, name: str, instance_id: str | None = None) -> str | None:
+        """The guest OS powered itself off (`shutdown -h now`): TERMINATED, or deleted when the instance's
+        scheduling.instanceTerminationAction is DELETE, + a compute.instances.guestTerminate operation.
+        Returns "TERMINATED" or "DELETED"; None if there is no such instance (with that id) running."""
+        with self._lock:
+            found = [(k[0], v) for k, v in self.instances.items() if k[1] == name
+                     and v["status"] == "RUNNING" and instance_id in (None, v["id"])]
+            if not found:
+                return None
+            zone, inst = found[0]
+            if (inst.get("scheduling") or {}).get("instanceTerminationAction") == "DELETE":
+                del self.instances[(zone, name)]
+            else:
+                inst["status"] = "TERMINATED"
+            self._operation(zone, "compute.instances.guestTerminate", inst["selfLink"], done=True,
+                            user="system")
+            return "TERMINATED" if (zone, name) in self.instances else "DELETED"
 
     # ------------------------------------------------------------ helpers for tests
     def running(self) -> list[dict]:

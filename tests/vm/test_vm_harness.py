@@ -3,6 +3,7 @@ the key the cloud was given, show their console through the cloud's API, and van
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import urllib.request
@@ -19,6 +20,7 @@ from moto.server import ThreadedMotoServer
 from tests.fakes.gce_server import FakeGce
 from tests.fakes.vm.clouds import wait_until
 from tests.fakes.vm.fixtures import ssh_argv, ssh_keypair, vm_lab  # noqa: F401  (fixture)
+from tests.fakes.vm.machine import VmSpec
 
 ZONE = "us-central1-a"
 GCE_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
@@ -54,7 +56,8 @@ def gce_client(fake, cls=compute_v1.InstancesClient):
                transport="rest")
 
 
-def gce_insert(fake, name: str, public_key: str, script: str | None = None) -> None:
+def gce_insert(fake, name: str, public_key: str, script: str | None = None,
+               scheduling: dict | None = None) -> None:
     items = [{"key": "ssh-keys", "value": f"dlrun:{public_key}"}]
     if script is not None:
         items.append({"key": "startup-script", "value": script})
@@ -63,7 +66,7 @@ def gce_insert(fake, name: str, public_key: str, script: str | None = None) -> N
                        "initialize_params": {"source_image": GCE_IMAGE}}],
             "network_interfaces": [{"network": "global/networks/default",
                                     "access_configs": [{"name": "External NAT", "type_": "ONE_TO_ONE_NAT"}]}],
-            "metadata": {"items": items}}
+            "metadata": {"items": items}, **({"scheduling": scheduling} if scheduling else {})}
     op = gce_client(fake).insert(project=fake.project, zone=ZONE, instance_resource=compute_v1.Instance(body))
     gce_client(fake, compute_v1.ZoneOperationsClient).wait(project=fake.project, zone=ZONE, operation=op.name)
 
@@ -213,6 +216,110 @@ def test_sshd_delay_makes_ssh_wait(vm_lab, fake_gce, tmp_path):
         socket.create_connection((vm.spec.public_ip, 22), timeout=5).close()
     wait_until(lambda: ssh(vm_lab, key, f"dlrun@{vm.spec.public_ip}", "true").returncode == 0, 30,
                "sshd never came up", interval_s=0.2)
+
+
+POWEROFF_SCRIPT = """#!/bin/bash
+echo "power commands: $(command -v shutdown poweroff halt systemctl reboot | tr '\\n' ' ')"
+sleep 1
+shutdown -h now
+echo "shutdown returned $?"
+sleep 60
+echo "still running after shutdown"
+"""
+POWER_COMMANDS = "power commands: " + " ".join(f"/usr/local/sbin/{c}" for c in
+                                               ("shutdown", "poweroff", "halt", "systemctl", "reboot"))
+
+
+def host_identity() -> tuple[str, str, bool]:
+    """What a power-off reaching the host would change: its boot id, its PID 1's start, /run/vm-power."""
+    return (Path("/proc/sys/kernel/random/boot_id").read_text(), Path("/proc/1/stat").read_text().split()[21],
+            Path("/run/vm-power").exists())
+
+
+def assert_powered_off(lab, vm, console: str) -> None:
+    assert POWER_COMMANDS in console  # the VM's own commands come first on its PATH
+    assert "The system will power off now!" in console  # what `shutdown -h now` printed
+    assert "[vm] poweroff requested by `shutdown -h now`" in console and "reboot: Power down" in console
+    assert "still running after shutdown" not in console  # the power-off stopped the boot script
+    assert_vm_gone(lab, vm)
+
+
+def test_guest_shutdown_terminates_or_stops_the_ec2_instance(vm_lab, ec2_endpoint):
+    host = host_identity()
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=ec2_endpoint,
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    vm_lab.watch_ec2(ec2_endpoint, REGION)
+    (terminating,) = ec2.run_instances(ImageId=MOTO_AMI, MinCount=1, MaxCount=1, InstanceType="t3.micro",
+                                       UserData=POWEROFF_SCRIPT,
+                                       InstanceInitiatedShutdownBehavior="terminate")["Instances"]
+    (stopping,) = ec2.run_instances(ImageId=MOTO_AMI, MinCount=1, MaxCount=1, InstanceType="t3.micro",
+                                    UserData=POWEROFF_SCRIPT)["Instances"]  # the default behavior: stop
+    ids = [terminating["InstanceId"], stopping["InstanceId"]]
+    vms = [vm_lab.wait_for_vm(i) for i in ids]
+    for vm in vms:
+        vm_lab.wait_gone(vm.instance_id)
+    states = {i["InstanceId"]: i["State"]["Name"]
+              for r in ec2.describe_instances(InstanceIds=ids)["Reservations"] for i in r["Instances"]}
+    assert states == {ids[0]: "terminated", ids[1]: "stopped"}
+    assert [vm.power_handled for vm in vms] == ["terminated", "stopped"]
+    for vm in vms:
+        assert_powered_off(vm_lab, vm, ec2.get_console_output(InstanceId=vm.instance_id)["Output"])
+    assert host_identity() == host
+
+
+def test_guest_shutdown_stops_the_gce_instance_or_deletes_a_spot_one(vm_lab, fake_gce, tmp_path):
+    host = host_identity()
+    _, public = ssh_keypair(tmp_path)
+    vm_lab.watch_gce(fake_gce)
+    gce_insert(fake_gce, "standard", public, POWEROFF_SCRIPT)
+    gce_insert(fake_gce, "spot", public, POWEROFF_SCRIPT,
+               {"provisioning_model": "SPOT", "instance_termination_action": "DELETE",
+                "automatic_restart": False})
+    vms = [vm_lab.wait_for_vm(name) for name in ("standard", "spot")]
+    consoles = [vm.wait_for_console("reboot: Power down") for vm in vms]
+    for vm in vms:
+        vm_lab.wait_gone(vm.instance_id)
+    assert [vm.power_handled for vm in vms] == ["TERMINATED", "DELETED"]
+    assert [(n, i["status"]) for (_, n), i in fake_gce.instances.items()] == [("standard", "TERMINATED")]
+    kinds = [o["operationType"] for o in fake_gce.operations.values()]
+    assert kinds.count("compute.instances.guestTerminate") == 2
+    for vm, console in zip(vms, consoles):
+        assert_powered_off(vm_lab, vm, console)
+    assert host_identity() == host
+
+
+def test_power_commands_stop_every_process_of_their_vm_only(vm_lab):
+    """Without a cloud (VMs booted by hand): the power commands' options, and what the init does."""
+    host = host_identity()
+    vms = {cmd: vm_lab.boot(VmSpec(f"power-{i}", f"10.99.0.{i + 2}", None, "dlrun", []))
+           for i, cmd in enumerate(("poweroff", "halt -p", "systemctl poweroff", "halt",
+                                    "shutdown -h now 'dlrun watchdog'"))}  # (as infra/vm/watchdog.sh)
+    vm = vms["poweroff"]
+    assert vm.run("command -v shutdown poweroff halt systemctl reboot").stdout.split() == \
+        [f"/usr/local/sbin/{c}" for c in ("shutdown", "poweroff", "halt", "systemctl", "reboot")]
+    refused = vm.run("poweroff", user="dlrun")
+    assert refused.returncode == 1 and "Access denied" in refused.stderr
+    assert vm.run("reboot").returncode == 1 and vm.run("shutdown -r now").returncode == 1
+    assert "power off now" in vm.run("shutdown -k now", check=True).stdout  # -k: the message only
+    assert "Shutdown scheduled for" in vm.run("shutdown -h +5", check=True).stdout
+    assert "sleep" in vm.run("ps -eo comm=").stdout.split()  # the timer
+    vm.run("shutdown -c", check=True)
+    assert "sleep" not in vm.run("ps -eo comm=").stdout.split()
+    assert "not been booted with systemd" in vm.run("systemctl status ssh").stderr  # the host's, harmless
+    assert vm.power_request() is None and len(vm.processes()) > 1
+
+    for cmd, vm in vms.items():
+        out = vm.run(cmd)  # the command's shell may die in the power-off: its return code is moot
+        assert f"The system will {'halt' if cmd == 'halt' else 'power off'} now!" in out.stdout
+    for cmd, vm in vms.items():
+        request = wait_until(vm.power_request, 30, f"no power-off after {cmd}")
+        assert (request["action"], request["command"]) == ("halt" if cmd == "halt" else "poweroff",
+                                                           cmd.replace("'", ""))
+        in_vm = [pid for pid, _ in vm.processes() if os.readlink(f"/proc/{pid}/ns/pid") == vm.pidns]
+        assert in_vm == [vm.init_pid] and vm.alive  # the init idles, alone
+        assert ("reboot: System halted" if cmd == "halt" else "reboot: Power down") in vm.console_log()
+        assert f"[vm] {request['action']} requested by `{request['command']}`" in vm.console_log()
+    assert host_identity() == host
 
 
 RAY_SCRIPT = """#!/bin/bash

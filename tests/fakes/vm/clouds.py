@@ -3,7 +3,10 @@
 Why polling threads: the fakes stay unaware of the harness (moto's server is not ours to change, and
 FakeGce only grows a serial-port hook), and a 0.3 s poll is what a cloud's boot latency looks like anyway.
 A watcher reports the instances that should have a VM (RUNNING) to VmLab.sync, which boots the new ones
-and kills those that stopped, were terminated, deleted or preempted, or vanished.
+and kills those that stopped, were terminated, deleted or preempted, or vanished. Before that, for each of
+its VMs whose guest powered itself off (`shutdown -h now`, ...: see power.py), it does through the fake
+cloud what the cloud does then: EC2 terminates or stops the instance per its
+InstanceInitiatedShutdownBehavior, GCE stops it (TERMINATED) or deletes it (termination action DELETE).
 
 Console output:
 - EC2: moto's GetConsoleOutput answers a fixed sample text from a response method
@@ -96,6 +99,12 @@ class Watcher:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            for vm in self.lab.powered_off(self.source):
+                try:
+                    vm.power_handled = self.power_off(vm)
+                except Exception as e:  # tried again at the next poll
+                    self.poll_errors.append(f"{vm.instance_id}: power-off: {type(e).__name__}: {e}")
+                    del self.poll_errors[:-20]
             try:
                 self.lab.sync(self.source, self.running())
             except Exception as e:  # a poll failing (the fake stopped first) must not kill the thread
@@ -105,6 +114,10 @@ class Watcher:
 
     def running(self) -> dict[str, tuple[str, Callable[[], VmSpec]]]:
         """instance key -> (cloud id, a function that makes its VmSpec), for instances that are RUNNING."""
+        raise NotImplementedError
+
+    def power_off(self, vm) -> str:
+        """What the cloud does when the guest of `vm` powered itself off; returns what it did, in words."""
         raise NotImplementedError
 
     def leftovers(self) -> list[str]:
@@ -137,6 +150,16 @@ class Ec2Watcher(Watcher):
                     if inst["State"]["Name"] in EC2_ALIVE and inst.get("PrivateIpAddress"):
                         found[inst["InstanceId"]] = (inst["InstanceId"], lambda inst=inst: self.spec(inst))
         return found
+
+    def power_off(self, vm) -> str:
+        iid = vm.instance_id
+        name = "instanceInitiatedShutdownBehavior"  # dlrun sets it to terminate; EC2's default is stop
+        attr = self.ec2.describe_instance_attribute(InstanceId=iid, Attribute=name)
+        if attr["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate":
+            self.ec2.terminate_instances(InstanceIds=[iid])
+            return "terminated"
+        self.ec2.stop_instances(InstanceIds=[iid])
+        return "stopped"
 
     def spec(self, inst: dict) -> VmSpec:
         iid = inst["InstanceId"]
@@ -173,6 +196,9 @@ class GceWatcher(Watcher):
         with self.fake._lock:
             instances = [copy.deepcopy(i) for i in self.fake.instances.values() if i["status"] in GCE_ALIVE]
         return {i["name"]: (i["id"], lambda i=i: self.spec(i)) for i in instances}
+
+    def power_off(self, vm) -> str:
+        return self.fake.guest_shutdown(vm.instance_id, vm.spec.cloud_id) or "gone already"
 
     def spec(self, inst: dict) -> VmSpec:
         nic = inst["networkInterfaces"][0]

@@ -15,6 +15,8 @@ must not modify anything outside its VM. So, inside a VM (see vm_init.py):
 - the project under test is not there: every editable install of the venv (its .pth, finder, dist-info
   and console scripts) is removed from that view, and the project's checkout is hidden: the job code
   reaches a VM only through Ray's working_dir, as on a real VM;
+- /usr/local/sbin (first on a VM's PATH) holds the VM's own shutdown, poweroff, halt, reboot and
+  systemctl, which ask the VM's init to power off, never the host (see power.py);
 - /etc/pip.conf says no-index: nothing is ever downloaded, a missing requirement fails as on a broken boot;
   its find-links is a wheelhouse of the venv's pip and setuptools (see wheels.py).
 """
@@ -27,6 +29,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from .power import install_commands as install_power_commands
 from .wheels import build_wheelhouse
 
 WHEELHOUSE = "/usr/local/share/python-wheels"
@@ -126,6 +129,7 @@ def build_image(dest: Path) -> Image:
     _write_console_scripts(python_root / "bin", python_bin, usr_local / "bin", set())
     _write_console_scripts(Path(sys.prefix) / "bin", python_bin, usr_local / "bin", scripts)
     build_wheelhouse(site_packages, usr_local / WHEELHOUSE[len("/usr/local/"):])
+    install_power_commands(usr_local / "sbin")  # shutdown, poweroff, halt, ...: see power.py
     return Image(python_root=str(python_root), python_bin=str(python_bin),
                  python_patch=str(dest / "python-patch") if patched else "",
                  site_packages_rel=str(site_packages.relative_to(sys.prefix)),

@@ -129,6 +129,13 @@ class VmLab:
         self._watchers.append(watcher)
         return watcher.start()
 
+    def powered_off(self, source: str) -> list[Vm]:
+        """This source's VMs whose guest powered itself off (`shutdown -h now`, ...) and whose cloud has not
+        acted on it yet: the watcher has the cloud stop or terminate their instance (power.py)."""
+        with self._lock:
+            return [vm for key, vm in self.vms.items() if self._sources.get(key) == source
+                    and not vm.power_handled and (vm.power_request() or {}).get("action") == "poweroff"]
+
     def sync(self, source: str, running: dict[str, tuple[str, Callable[[], VmSpec]]]) -> None:
         """Boots a VM for each running instance without one; kills this source's VMs not running."""
         with self._lock:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .image import Image
+from .power import MARKER
 from .vmfiles import vm_files
 
 INIT = Path(__file__).with_name("vm_init.py")
@@ -63,6 +64,7 @@ class Vm:
     init_pid: int = 0  # in the root PID namespace
     pidns: str = ""  # 'pid:[inode]' of the VM's PID namespace, to find its processes
     netns_id: str = ""  # 'net:[inode]'
+    power_handled: str = ""  # what the cloud did once the guest powered off (see power.py)
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     _console_after_death: str | None = field(default=None, repr=False)
 
@@ -167,6 +169,14 @@ class Vm:
             return self.console_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+    def power_request(self) -> dict | None:
+        """{"action": "poweroff" or "halt", "command": ..., "time": ...} once the guest ran `shutdown -h now`,
+        `poweroff`, `halt`, ... and its init stopped every process (power.py); None until then."""
+        try:
+            return json.loads((self.vm_dir / MARKER).read_text())
+        except (OSError, ValueError):
+            return None
 
     def processes(self) -> list[tuple[int, str]]:
         """(pid, command) of every process in this VM's PID or network namespace, as seen from the host."""

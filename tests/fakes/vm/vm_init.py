@@ -14,11 +14,18 @@ Why each mount (none is visible outside the VM, all vanish with it):
 - the project checkout is covered by an empty read-only tmpfs; then / itself is remounted read-only in
   this namespace, so a boot script can never write into the host's filesystem.
 It prints "ready" on stdout once done (or a traceback, then exits 1), then logs to SPEC.init_log.
+
+Power-off (see power.py, whose names are repeated here: this script imports nothing of the harness): like
+systemd, the init takes SIGRTMIN+4 as "power off" and SIGRTMIN+3 as "halt" (the VM's shutdown, poweroff,
+halt and systemctl send them, with the request in REQUEST); it then stops every other process of the VM,
+writes "reboot: Power down" to the console and the marker SPEC.vm_dir/MARKER for the lab, and idles.
 """
 import ctypes
 import json
 import os
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +34,8 @@ import traceback
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+POWER_SIGNALS = {signal.SIGRTMIN + 4: "poweroff", signal.SIGRTMIN + 3: "halt"}  # systemd's
+MARKER, REQUEST, GRACE_S = "power", "/run/vm-power/request", 2.0  # as in power.py
 HOST_MOUNT_POINTS = ("/etc", "/var", "/usr/local", "/tmp", "/home", "/root", "/run", "/opt", "/dev/shm")
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -116,6 +125,40 @@ def run_boot_script(path, console):
                             stdout=console, stderr=console, close_fds=True)
 
 
+def other_processes():
+    """The VM's processes but this init (its /proc shows its PID namespace only)."""
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and p != "1"]
+
+
+def power_down(action, console, vm_dir_fd, reap):
+    """What a machine does on `poweroff`/`halt`: every process stops, then the power goes (or the CPU
+    halts); the marker tells the lab, whose watcher has the cloud stop or terminate the instance."""
+    try:
+        with open(REQUEST) as f:
+            requested, command = (f.read().splitlines() + ["", ""])[:2]
+        action = requested or action
+    except OSError:
+        command = f"signal {action}"
+    os.write(console, f"[vm] {action} requested by `{command}`: stopping every process\n".encode())
+    for sig, grace in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(-1, sig)  # from a PID namespace's init: every process of the namespace but itself
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace
+        while other_processes() and time.monotonic() < deadline:
+            reap()
+            time.sleep(0.02)
+        reap()
+    os.write(console, b"[vm] reboot: " + (b"Power down\n" if action == "poweroff" else b"System halted\n"))
+    marker = json.dumps({"action": action, "command": command, "time": time.time()}).encode()
+    fd = os.open(MARKER + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=vm_dir_fd)
+    os.write(fd, marker)
+    os.close(fd)
+    os.rename(MARKER + ".tmp", MARKER, src_dir_fd=vm_dir_fd, dst_dir_fd=vm_dir_fd)
+    print(f"{action}: {command}")
+
+
 def main():
     spec = json.load(open(sys.argv[1]))
     files = []
@@ -128,12 +171,19 @@ def main():
     console = os.open(spec["console_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     sshd_log = os.open(spec["sshd_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     init_log = os.open(spec["init_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    vm_dir_fd = os.open(spec["vm_dir"], os.O_RDONLY | os.O_DIRECTORY)  # for the power marker
     try:
         build_filesystem(spec, files)
         socket.sethostname(spec["hostname"])
     except Exception:
         print(traceback.format_exc(), flush=True)
         sys.exit(1)
+    # signals wake the loop through a pipe: SIGCHLD to reap, the power signals to power down. Handlers
+    # are needed anyway: a PID namespace's init gets no signal it has not set a handler for
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    for sig in (signal.SIGCHLD, *POWER_SIGNALS):
+        signal.signal(sig, lambda *_: None)
     print("ready", flush=True)
     os.dup2(init_log, 1)
     os.dup2(init_log, 2)
@@ -141,24 +191,40 @@ def main():
     os.write(console, f"[vm] {spec['hostname']} up, running user data\n".encode())
     boot = run_boot_script(spec["boot_script"], console) if spec.get("boot_script") else None
     sshd, sshd_at = None, time.monotonic() + float(spec.get("sshd_delay_s") or 0)
+    power = None  # "poweroff" or "halt" once requested
+
+    def reap():
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if boot is not None and pid == boot.pid:
+                code = os.waitstatus_to_exitcode(status)
+                os.write(console, f"[vm] user data script exited with status {code}\n".encode())
+                boot.returncode = code
+            elif sshd is not None and pid == sshd.pid:
+                print(f"sshd exited: {os.waitstatus_to_exitcode(status)}")
+
     while True:
-        if sshd is None and time.monotonic() >= sshd_at:
+        if sshd is None and power is None and time.monotonic() >= sshd_at:
             sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", "/etc/ssh/sshd_config"],
                                     cwd="/", env={"PATH": PATH}, stdin=subprocess.DEVNULL,
                                     stdout=sshd_log, stderr=sshd_log)
             print(f"sshd started (pid {sshd.pid})")
+        reap()
+        timeout = max(0.0, sshd_at - time.monotonic()) if sshd is None and power is None else None
+        select.select([wake_r], [], [], timeout)
         try:
-            pid, status = os.waitpid(-1, 0 if sshd else os.WNOHANG)
-        except ChildProcessError:
-            pid, status = 0, 0
-        if pid == 0:
-            time.sleep(0.05 if sshd is None else 1)
-        elif boot is not None and pid == boot.pid:
-            code = os.waitstatus_to_exitcode(status)
-            os.write(console, f"[vm] user data script exited with status {code}\n".encode())
-            boot.returncode = code
-        elif sshd is not None and pid == sshd.pid:
-            print(f"sshd exited: {os.waitstatus_to_exitcode(status)}")
+            woken = os.read(wake_r, 4096)  # the numbers of the signals caught
+        except BlockingIOError:
+            woken = b""
+        requested = [action for sig, action in POWER_SIGNALS.items() if sig in woken]
+        if power is None and requested:
+            power = requested[0]
+            power_down(power, console, vm_dir_fd, reap)  # then idle: only the lab ends this VM
 
 
 if __name__ == "__main__":
