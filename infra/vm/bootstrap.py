@@ -63,7 +63,7 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
         # first, so that a boot that hangs later still ends with the VM powered off
         f"cat > \"$NODE_DIR/watchdog.sh\" <<'DLRUN_WATCHDOG'\n{WATCHDOG}DLRUN_WATCHDOG",
         f'setsid nohup bash "$NODE_DIR/watchdog.sh" {int(cfg.heartbeat_timeout_s)} {int(cfg.max_run_s)} '
-        f'{shlex.quote(login_user)} >> "$NODE_DIR/boot.log" 2>&1 < /dev/null &',
+        f'{shlex.quote(login_user)} < /dev/null &',  # prints to the console and boot log
         'PY=$(command -v python3) || fail "this image has no python3"',
         'VENV="$NODE_DIR/venv"',
         # system site-packages: what the image already has (a deep-learning image's torch) is reused

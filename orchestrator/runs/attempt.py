@@ -162,13 +162,13 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
     try:
         ctx.view.phase = "bootstrapping"
         ctx.display.update(ctx.view)
+        beats = Heartbeat(provider, cluster).start()  # from now: a boot that outlasts the limit is not idle
         try:
             connection = provider.connect(cluster)
         except ProviderError as e:
             outcome = Outcome("NOT_READY", e.message)
             return e
         address = connection.address
-        beats = Heartbeat(provider, cluster).start()
         jobs = ctx.jobs_client(address) if ctx.jobs_client else _ray_jobs(address, connection.headers)
         if submission is not None:
             submission_id = submission["submission_id"]
