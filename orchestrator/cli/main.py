@@ -13,14 +13,20 @@ import click
 from infra import BACKEND_NAMES
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, DlrunError
 
-# commands living in their own modules, loaded only when used (or listed by --help)
+# commands living in their own modules, imported only when run (or asked for their own --help);
+# `dlrun --help` lists them from the short help kept here (a test checks it matches each command's)
 LAZY_COMMANDS = {
-    "plan": ("orchestrator.cli.plan", "plan_command"),
-    "catalog": ("orchestrator.cli.plan", "catalog_group"),
-    "schedule": ("orchestrator.cli.schedule", "schedule"),
-    "scheduler": ("orchestrator.cli.schedule", "scheduler"),
-    "cost-report": ("orchestrator.cli.report", "cost_report"),
-    "dashboard": ("orchestrator.cli.report", "dashboard"),
+    "plan": ("orchestrator.cli.plan", "plan_command",
+             "Predict hours and dollars on every backend and pick the cheapest that fits."),
+    "catalog": ("orchestrator.cli.plan", "catalog_group", "List the offers of the catalog (prices with their dates)."),
+    "schedule": ("orchestrator.cli.schedule", "schedule",
+                 "Run a job on a cron schedule, in your time zone (`dlrun scheduler` does the firing)."),
+    "scheduler": ("orchestrator.cli.schedule", "scheduler",
+                  "Fire due schedules until stopped (run it under systemd or another process manager)."),
+    "cost-report": ("orchestrator.cli.report", "cost_report",
+                    "Per job and per day: backend, GPU, spot, preemptions, estimated vs actual hours and $."),
+    "dashboard": ("orchestrator.cli.report", "dashboard",
+                  "The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head)."),
 }
 
 
@@ -30,9 +36,24 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx, name):
         if name in LAZY_COMMANDS:
-            module, attr = LAZY_COMMANDS[name]
+            module, attr, _ = LAZY_COMMANDS[name]
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
+
+    def format_commands(self, ctx, formatter):
+        """Like click's, but the lazy commands' lines come from LAZY_COMMANDS: listing them imports nothing."""
+        from click.utils import make_default_short_help
+
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            if name in LAZY_COMMANDS:
+                rows.append((name, make_default_short_help(LAZY_COMMANDS[name][2], limit)))
+            elif not (cmd := super().get_command(ctx, name)).hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
