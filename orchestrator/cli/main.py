@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 
 import click
 
@@ -75,12 +76,14 @@ def cli():
 @click.option("--detach", is_flag=True, help="return the job id at once; a supervisor runs the job")
 def submit(job_file, max_cost, deadline, backend, detach):
     """Plan, provision, run and watch JOB_FILE; always tears down what it started."""
-    from orchestrator.runs import executor as runner
+    from orchestrator.cli.plan import warm_profile
     from orchestrator.cli.render.display import make_display
     from orchestrator.errors import NothingFitsError
     from orchestrator.planning.spec import load_job
+    from orchestrator.runs import executor as runner
 
     spec = load_job(job_file, max_cost=max_cost, deadline=deadline)
+    warm_profile(spec)
     try:
         plan = runner.make_plan(runner.restrict(spec, backend))
         runner._require_choice(plan, spec)
@@ -92,23 +95,32 @@ def submit(job_file, max_cost, deadline, backend, detach):
         click.echo(res.job_id)
         return
     display = make_display(sys.stderr)
+    started = time.time()
     try:
         res = runner.submit(spec, backend=backend, display=display, plan=plan)
+    except KeyboardInterrupt:
+        display.close()  # before the summary, so that it is not drawn over
+        raise KeyboardInterrupt(_interrupted_summary(started)) from None
     finally:
         display.close()
-    if res.result:
-        click.echo(_result_line(res))
+    from orchestrator.cli.render.summary import result_line
+    from orchestrator.state.db import default_store
+
+    click.echo(result_line(default_store(), res.job_id))  # the one line that says how it ended
     sys.exit(res.exit_code)
 
 
-def _result_line(res) -> str:
-    r = res.result
-    parts = [f"{res.job_id} {res.status}"]
-    for k in ("accuracy", "loss", "epochs", "samples_per_s"):
-        if k in r:
-            v = r[k]
-            parts.append(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}")
-    return " ".join(parts)
+def _interrupted_summary(since: float) -> str:
+    """What Ctrl-C ended: the job this process ran (recorded CANCELLED, with what was torn down)."""
+    from orchestrator.cli.render.summary import result_line
+    from orchestrator.state.db import default_store
+
+    store = default_store()
+    rows = store.query("SELECT id FROM jobs WHERE supervisor_pid=? AND created_at>=? ORDER BY created_at DESC "
+                       "LIMIT 1", (os.getpid(), since - 1))
+    if not rows:
+        return "nothing was started"
+    return result_line(store, rows[0]["id"])
 
 
 def _print_plan(plan) -> None:
@@ -141,12 +153,13 @@ def status(job_id, as_json, show_all):
 
 @cli.command()
 @click.argument("job_id")
-@click.option("-f", "--follow", is_flag=True, help="keep printing until the job ends")
-def logs(job_id, follow):
-    """The job's output (from its Ray head, or the copy dlrun kept)."""
+@click.option("-f", "--follow", is_flag=True, help="keep printing until the job ends; exit with its code")
+@click.option("--raw", is_flag=True, help="the log as written, protocol and Ray lines included")
+def logs(job_id, follow, raw):
+    """The job's output, its progress lines rendered (the copy dlrun keeps as the job runs)."""
     from orchestrator.cli import status as st
 
-    st.print_logs(job_id, follow=follow)
+    sys.exit(st.print_logs(job_id, follow=follow, raw=raw))
 
 
 @cli.command()
@@ -188,8 +201,8 @@ def main(argv=None) -> None:
     except click.exceptions.Abort:
         click.echo("dlrun: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    except KeyboardInterrupt:
-        click.echo("\ndlrun: interrupted", err=True)
+    except KeyboardInterrupt as e:  # its message, when there is one, says what was cancelled and torn down
+        click.echo(f"\ndlrun: interrupted{f': {e}' if str(e) else ''}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except click.exceptions.ClickException as e:
         e.show()

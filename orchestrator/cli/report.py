@@ -60,10 +60,12 @@ def cost_report(as_json):
         t.add_row(r["day"], r["job"], r["name"], r["status"], r["backend"] or "-", r["gpu"] or "-",
                   "yes" if r["spot"] else "no", str(r["preemptions"]), f"{r['est_hours']:.4f}",
                   f"{r['actual_hours']:.4f}", f"{r['est_cost']:.4f}", f"{r['actual_cost']:.4f}")
+    from orchestrator.cli.render.summary import plural
+
     for day, d in sorted(days.items()):
-        t.add_row(day, f"[bold]{d['jobs']} jobs[/]", "", "", "", "", "", "", "", "",
+        t.add_row(day, f"[bold]{plural(d['jobs'], 'job')}[/]", "", "", "", "", "", "", "", "",
                   f"{d['est_cost']:.4f}", f"[bold]{d['actual_cost']:.4f}[/]")
-    t.add_row("total", f"[bold]{total['jobs']} jobs[/]", "", "", "", "", "", "", "", "",
+    t.add_row("total", f"[bold]{plural(total['jobs'], 'job')}[/]", "", "", "", "", "", "", "", "",
               f"{total['est_cost']:.4f}", f"[bold]{total['actual_cost']:.4f}[/]")
     Console().print(t)
 
