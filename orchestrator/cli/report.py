@@ -49,8 +49,9 @@ def cost_report(as_json):
     if as_json:
         click.echo(json.dumps({"jobs": rows, "days": days, "total": total}, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from orchestrator.cli.render.summary import console
 
     t = Table(title="dlrun cost report (USD)")
     for c in ("day", "job", "name", "status", "backend", "gpu", "spot", "preempt", "est h", "actual h",
@@ -67,7 +68,7 @@ def cost_report(as_json):
                   f"{d['est_cost']:.4f}", f"[bold]{d['actual_cost']:.4f}[/]")
     t.add_row("total", f"[bold]{plural(total['jobs'], 'job')}[/]", "", "", "", "", "", "", "", "",
               f"{total['est_cost']:.4f}", f"[bold]{total['actual_cost']:.4f}[/]")
-    Console().print(t)
+    console().print(t)
 
 
 @click.command()
@@ -79,7 +80,6 @@ def dashboard(job_id, open_browser, metrics):
     import json as _json
 
     from infra import capabilities
-    from infra.local.head import recorded_head
     from orchestrator.state.db import default_store
 
     store = default_store()
@@ -101,10 +101,13 @@ def dashboard(job_id, open_browser, metrics):
         if url:
             url = f"{url}/#/jobs/{row['ray_submission_id']}" if row["ray_submission_id"] else url
     else:
-        head = recorded_head()
-        url = head.dashboard_url if head else None
+        from orchestrator.runs.teardown import local_head
+
+        url, ours = local_head()
+        if url and not ours:
+            click.echo("(a Ray head dlrun did not start; dlrun attaches to it for local jobs)", err=True)
     if not url:
-        raise UsageError("no Ray dashboard is up; `dlrun submit` starts the local head")
+        raise UsageError("no Ray dashboard is up: no local Ray head answers; `dlrun submit` starts one")
     click.echo(url)
     if metrics:
         for line in start_metrics_stack():
