@@ -5,8 +5,8 @@ after the job ended. LogTail buffers what arrived; read() hands over what is new
 once, so following a log costs time linear in its length). A dropped stream is reopened and the
 part already received skipped; a head whose websocket cannot be reached at all is read whole at
 longer and longer intervals instead. finish() is called once the job is terminal: it hands over
-the rest at once (the tail's end would come seconds later), reading the whole log only when the
-stream has not delivered everything yet.
+the rest: a short log (up to 1 MiB) is read whole once more at once, since the stream closes only a
+second or two after the job ended; a longer one is never read again: its stream's end is awaited.
 """
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ import threading
 import time
 from typing import Callable, Iterator
 from urllib.parse import urlsplit
+
+
+WHOLE_READ_MAX = 1 << 20  # characters: a log up to this long is read whole at the end rather than waited for
+END_WAIT_S = 5.0  # how long the end of a longer log is waited for (the head closes the stream 1-3 s after)
 
 
 class WebSocketError(OSError):
@@ -132,6 +136,7 @@ class LogTail:
         self._closed = False  # finish() took over: nothing more is accepted from the stream
         self.ended = False  # the head closed the stream: the job ended and all of its log arrived
         self.error: str | None = None  # the last reason the stream broke
+        self.whole_reads = 0  # times the log was read whole (the fallback, or the end of a short log)
         self._thread = threading.Thread(target=self._run, name="dlrun-log-tail", daemon=True)
         if start:
             self._thread.start()
@@ -176,6 +181,7 @@ class LogTail:
         while not self._stop.wait(interval):
             try:
                 self._accept(self._whole(), self._received)
+                self.whole_reads += 1
             except Exception as e:
                 self.error = str(e)[:200]
             interval = min(longest, interval * 2)
@@ -191,8 +197,17 @@ class LogTail:
         """Block until something new arrived or the stream ended, at most `timeout` seconds."""
         return self._new.wait(timeout)
 
-    def finish(self) -> str:
-        """The job is terminal: the rest of its log, now. Stops following."""
+    def finish(self, whole_max: int = WHOLE_READ_MAX, wait_s: float = END_WAIT_S) -> str:
+        """The job is terminal: the rest of its log. Stops following.
+
+        Up to `whole_max` characters received, the log is read whole at once (cheaper than waiting the
+        second or two the head takes to close the stream); a longer log is not read again: the stream
+        delivers its end and closes (within `wait_s`, else the whole read after all)."""
+        if not self.ended and self._received > whole_max and self._thread.is_alive():
+            deadline = time.monotonic() + wait_s
+            while not self.ended and self._thread.is_alive() and time.monotonic() < deadline:
+                self._new.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+                self._new.clear()
         self._stop.set()
         with self._lock:
             self._closed = True  # from here on the stream's thread adds nothing: _received is final
@@ -200,6 +215,7 @@ class LogTail:
         if not ended:
             try:
                 whole = self._whole()
+                self.whole_reads += 1
             except Exception:
                 whole = ""
             with self._lock:

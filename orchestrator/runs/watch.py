@@ -18,7 +18,8 @@ from orchestrator.cost import CostMeter
 
 FIRST_POLL_S = 0.1  # status polls start this often and slow down to poll_s over RAMP_S seconds
 RAMP_S = 20.0
-FAST_POLL_S = 0.05  # once the end is near (the result line arrived, the log stream closed)
+FAST_POLL_S = 0.05  # once the end is near (the result line arrived, the log stream closed) ...
+END_NEAR_S = 10.0  # ... for this long at most
 # Ray's own lines in a job's log: its job manager's messages and the entrypoint it runs. They stay
 # in the job's log file and out of the live display.
 RAY_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\s+(DEBUG|INFO)\s+\S+:\d+ -- "
@@ -59,7 +60,7 @@ class Watcher:
     log_path: object = None  # the job's log is kept here too: readable after the cluster is gone
     _tail: object = None
     _partial: str = ""  # the start of a line still being written
-    _end_near: bool = False
+    _end_near: float | None = None  # when the end looked near (result printed, stream closed)
     _started: float | None = None
 
     def _consume_logs(self, final: bool = False) -> None:
@@ -69,8 +70,8 @@ class Watcher:
             text = self._tail.finish() if final else self._tail.read()
         except Exception:
             return
-        if getattr(self._tail, "ended", False):
-            self._end_near = True
+        if getattr(self._tail, "ended", False) and self._end_near is None:
+            self._end_near = self.clock()
         text = self._partial + text
         # only whole lines: a line still being written is read complete at a later poll
         cut = len(text) if final else text.rfind("\n") + 1
@@ -92,7 +93,8 @@ class Watcher:
         kind, data = parsed
         if kind == "result":
             self.result = data
-            self._end_near = True
+            if self._end_near is None:
+                self._end_near = self.clock()
         elif data.get("event") == "resumed":
             self.display.message(f"resumed from checkpoint at epoch {data.get('epoch')}")
             self.on_event("resumed", data)
@@ -130,7 +132,7 @@ class Watcher:
         return None
 
     def _interval(self, now: float) -> float:
-        if self._end_near:
+        if self._end_near is not None and now - self._end_near < END_NEAR_S:
             return min(self.poll_s, FAST_POLL_S)
         ramp = FIRST_POLL_S + (self.poll_s - FIRST_POLL_S) * (now - self._started) / RAMP_S
         return max(min(self.poll_s, FIRST_POLL_S), min(self.poll_s, ramp))
