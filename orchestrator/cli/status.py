@@ -66,8 +66,9 @@ def show_jobs(limit: int = 20, as_json: bool = False) -> None:
     if as_json:
         click.echo(json.dumps([job_dict(store, r) for r in rows], indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from orchestrator.cli.render.summary import console
 
     t = Table(title="dlrun jobs")
     for col in ("job", "name", "status", "backend", "est $", "cost $", "max $", "age", "reported"):
@@ -78,7 +79,7 @@ def show_jobs(limit: int = 20, as_json: bool = False) -> None:
         t.add_row(r["id"], r["name"], _colour(r["status"]), job_backend_name(store, r) if r["backend"] else "-",
                   _money(r["est_cost"]), _money(accrued_cost(store, r, now)), _money(r["max_cost"]),
                   _age(now - r["created_at"]), reported(m, skip=("epochs",)) or "-")
-    Console().print(t)
+    console().print(t)
 
 
 def show_job(job_id: str, as_json: bool = False) -> None:

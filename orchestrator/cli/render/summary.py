@@ -7,6 +7,14 @@ import json
 ENDED_PHRASE = {"SUCCEEDED": "in", "FAILED": "after", "CANCELLED": "after", "BUDGET_EXCEEDED": "after"}
 
 
+def console():
+    """A rich Console for tables: the terminal's width, or room for a whole row when piped/captured."""
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=200)
+
+
 def backend_name(cloud: str, region: str | None, instance_type: str | None, accelerator: str | None,
                  count: int | None = 1, spot: bool = False) -> str:
     """`local CPU`, `local 2×A100`, `aws us-east-1 g4dn.xlarge T4 spot`, `gcp us-central1 n2-standard-4 CPU`."""
@@ -70,8 +78,9 @@ def plural(n: int, word: str, words: str | None = None) -> str:
 
 
 def _last_status_detail(store, job_id: str) -> str:
-    details = [e["detail"] for e in store.events(job_id) if e["kind"] == "status" and e["detail"]]
-    return details[-1] if details else ""
+    """Why the job has its current status (the detail of its last status change)."""
+    changes = [e for e in store.events(job_id) if e["kind"] == "status"]
+    return (changes[-1]["detail"] or "") if changes else ""
 
 
 def teardown_note(store, row) -> str:
@@ -107,7 +116,8 @@ def result_line(store, job_id: str) -> str:
     result = json.loads(row["metrics_json"]) if row["metrics_json"] else {}
     if status == "SUCCEEDED" and result:
         return f"{line}: {reported(result)}"
+    why = _last_status_detail(store, row["id"]) if status != "SUCCEEDED" else ""
+    line += f" ({why})" if why else ""
     if status in ("CANCELLED", "BUDGET_EXCEEDED"):
-        why = _last_status_detail(store, row["id"])
-        return f"{line}{f' ({why})' if why else ''}: {teardown_note(store, row)}"
+        return f"{line}: {teardown_note(store, row)}"
     return line
