@@ -65,8 +65,9 @@ def test_submit_digits_cnn_and_lstm(env, ray_head, tmp_path):
     statuses = [e["status"] for e in detail["events"] if e["kind"] == "status"]
     assert statuses[0] == "PENDING" and statuses[-1] == "SUCCEEDED" and "RUNNING" in statuses
 
-    logs = dlrun("logs", job, env=env).stdout
-    assert "DLRUN_RESULT" in logs
+    logs = dlrun("logs", job, env=env).stdout  # progress rendered; --raw: the log as written
+    assert "epoch 20/20" in logs and "result: accuracy=" in logs and "DLRUN_" not in logs
+    assert "DLRUN_RESULT" in dlrun("logs", job, "--raw", env=env).stdout
 
 
 def test_killed_job_resumes_from_checkpoint(env, tmp_path):

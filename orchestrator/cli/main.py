@@ -7,20 +7,27 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 
 import click
 
 from infra import BACKEND_NAMES
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, DlrunError, UsageError
 
-# commands living in their own modules, loaded only when used (or listed by --help)
+# commands living in their own modules, imported only when run (or asked for their own --help);
+# `dlrun --help` lists them from the short help kept here (a test checks it matches each command's)
 LAZY_COMMANDS = {
-    "plan": ("orchestrator.cli.plan", "plan_command"),
-    "catalog": ("orchestrator.cli.plan", "catalog_group"),
-    "schedule": ("orchestrator.cli.schedule", "schedule"),
-    "scheduler": ("orchestrator.cli.schedule", "scheduler"),
-    "cost-report": ("orchestrator.cli.report", "cost_report"),
-    "dashboard": ("orchestrator.cli.report", "dashboard"),
+    "plan": ("orchestrator.cli.plan", "plan_command",
+             "Predict hours and dollars on every backend and pick the cheapest that fits."),
+    "catalog": ("orchestrator.cli.plan", "catalog_group", "List the offers of the catalog (prices with their dates)."),
+    "schedule": ("orchestrator.cli.schedule", "schedule",
+                 "Run a job on a cron schedule, in your time zone (`dlrun scheduler` does the firing)."),
+    "scheduler": ("orchestrator.cli.schedule", "scheduler",
+                  "Fire due schedules until stopped (run it under systemd or another process manager)."),
+    "cost-report": ("orchestrator.cli.report", "cost_report",
+                    "Per job and per day: backend, GPU, spot, preemptions, estimated vs actual hours and $."),
+    "dashboard": ("orchestrator.cli.report", "dashboard",
+                  "The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head)."),
 }
 
 
@@ -30,9 +37,24 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx, name):
         if name in LAZY_COMMANDS:
-            module, attr = LAZY_COMMANDS[name]
+            module, attr, _ = LAZY_COMMANDS[name]
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
+
+    def format_commands(self, ctx, formatter):
+        """Like click's, but the lazy commands' lines come from LAZY_COMMANDS: listing them imports nothing."""
+        from click.utils import make_default_short_help
+
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            if name in LAZY_COMMANDS:
+                rows.append((name, make_default_short_help(LAZY_COMMANDS[name][2], limit)))
+            elif not (cmd := super().get_command(ctx, name)).hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -54,12 +76,14 @@ def cli():
 @click.option("--detach", is_flag=True, help="return the job id at once; a supervisor runs the job")
 def submit(job_file, max_cost, deadline, backend, detach):
     """Plan, provision, run and watch JOB_FILE; always tears down what it started."""
-    from orchestrator.runs import executor as runner
+    from orchestrator.cli.plan import warm_profile
     from orchestrator.cli.render.display import make_display
     from orchestrator.errors import NothingFitsError
     from orchestrator.planning.spec import load_job
+    from orchestrator.runs import executor as runner
 
     spec = load_job(job_file, max_cost=max_cost, deadline=deadline)
+    warm_profile(spec)
     try:
         plan = runner.make_plan(runner.restrict(spec, backend))
         runner._require_choice(plan, spec)
@@ -71,23 +95,32 @@ def submit(job_file, max_cost, deadline, backend, detach):
         click.echo(res.job_id)
         return
     display = make_display(sys.stderr)
+    started = time.time()
     try:
         res = runner.submit(spec, backend=backend, display=display, plan=plan)
+    except KeyboardInterrupt:
+        display.close()  # before the summary, so that it is not drawn over
+        raise KeyboardInterrupt(_interrupted_summary(started)) from None
     finally:
         display.close()
-    if res.result:
-        click.echo(_result_line(res))
+    from orchestrator.cli.render.summary import result_line
+    from orchestrator.state.db import default_store
+
+    click.echo(result_line(default_store(), res.job_id))  # the one line that says how it ended
     sys.exit(res.exit_code)
 
 
-def _result_line(res) -> str:
-    r = res.result
-    parts = [f"{res.job_id} {res.status}"]
-    for k in ("accuracy", "loss", "epochs", "samples_per_s"):
-        if k in r:
-            v = r[k]
-            parts.append(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}")
-    return " ".join(parts)
+def _interrupted_summary(since: float) -> str:
+    """What Ctrl-C ended: the job this process ran (recorded CANCELLED, with what was torn down)."""
+    from orchestrator.cli.render.summary import result_line
+    from orchestrator.state.db import default_store
+
+    store = default_store()
+    rows = store.query("SELECT id FROM jobs WHERE supervisor_pid=? AND created_at>=? ORDER BY created_at DESC "
+                       "LIMIT 1", (os.getpid(), since - 1))
+    if not rows:
+        return "nothing was started"
+    return result_line(store, rows[0]["id"])
 
 
 def _print_plan(plan) -> None:
@@ -120,12 +153,13 @@ def status(job_id, as_json, show_all):
 
 @cli.command()
 @click.argument("job_id")
-@click.option("-f", "--follow", is_flag=True, help="keep printing until the job ends")
-def logs(job_id, follow):
-    """The job's output (from its Ray head, or the copy dlrun kept)."""
+@click.option("-f", "--follow", is_flag=True, help="keep printing until the job ends; exit with its code")
+@click.option("--raw", is_flag=True, help="the log as written, protocol and Ray lines included")
+def logs(job_id, follow, raw):
+    """The job's output, its progress lines rendered (the copy dlrun keeps as the job runs)."""
     from orchestrator.cli import status as st
 
-    st.print_logs(job_id, follow=follow)
+    sys.exit(st.print_logs(job_id, follow=follow, raw=raw))
 
 
 @cli.command()
@@ -177,8 +211,8 @@ def main(argv=None) -> None:
     except click.exceptions.Abort:
         click.echo("dlrun: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    except KeyboardInterrupt:
-        click.echo("\ndlrun: interrupted", err=True)
+    except KeyboardInterrupt as e:  # its message, when there is one, says what was cancelled and torn down
+        click.echo(f"\ndlrun: interrupted{f': {e}' if str(e) else ''}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except click.exceptions.ClickException as e:
         e.show()

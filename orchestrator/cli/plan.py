@@ -6,6 +6,7 @@ import json
 import click
 
 from infra import BACKEND_NAMES
+from orchestrator.cli.render.summary import offer_name, plural
 from orchestrator.errors import NothingFitsError, UsageError
 
 DEFAULT_ROWS_NOTE = "best row per cloud × GPU config × market; --all shows every candidate"
@@ -24,6 +25,19 @@ def run_plan(spec, backend: str | None = None, *, blocked: frozenset[str] = froz
 
         store = Store()
     return plan_job(restrict(spec, backend), blocked=blocked, store=store, offers=offers)
+
+
+def warm_profile(spec, stream=None) -> None:
+    """Profile the job's model now, saying so, where the plan would otherwise measure it in silence."""
+    if getattr(spec, "workload", None) is None:
+        return
+    from orchestrator.cli.render.display import profiling_notice
+    from orchestrator.planning.profile import cached_profile, measure
+
+    if cached_profile(spec.workload) is not None:
+        return
+    with profiling_notice(spec.workload.model.rpartition(":")[2] or spec.workload.model, stream):
+        measure(spec.workload)
 
 
 # --- rendering -------------------------------------------------------------------------------------
@@ -54,7 +68,7 @@ def render_plan(plan, console=None, show_all: bool = False) -> None:
     console = console or _console()
     shown = _shown(plan, show_all)
     feasible = sum(c.feasible for c in plan.candidates)
-    caption = f"{len(plan.candidates)} candidates, {feasible} feasible; showing {len(shown)}"
+    caption = f"{plural(len(plan.candidates), 'candidate')}, {feasible} feasible; showing {len(shown)}"
     if not show_all and len(shown) < len(plan.candidates):
         caption += f" ({DEFAULT_ROWS_NOTE})"
     table = Table(title="dlrun plan", caption=caption, show_lines=False)
@@ -81,7 +95,7 @@ def render_plan(plan, console=None, show_all: bool = False) -> None:
                       f"{p.flops_per_step / 1e9:.2f} GFLOP/step, {p.total_steps:,} steps; local step: {local}")
     if plan.chosen:
         c = plan.chosen
-        console.print(f"chosen: [bold]{c.offer.label}{' spot' if c.spot else ''}[/] — "
+        console.print(f"chosen: [bold]{offer_name(c.offer, c.spot)}[/] — "
                       f"est. {c.estimate.hours:.2f} h, ${c.estimate.cost:.2f}")
 
 
@@ -101,6 +115,7 @@ def plan_command(job_file, max_cost, deadline, backend, as_json, plot_path, show
     from orchestrator.planning.spec import load_job
 
     spec = load_job(job_file, max_cost=max_cost, deadline=deadline)
+    warm_profile(spec)
     result = run_plan(spec, backend)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
@@ -127,17 +142,20 @@ def catalog_group(ctx, gpu, cloud, region):
 
     from infra.catalog import canonical_gpu, load_offers
 
-    want = None
-    if gpu:
-        want = canonical_gpu(gpu)
-        if want is None:
-            from infra.catalog import gpu_names
-
-            raise UsageError(f"--gpu: unknown GPU '{gpu}'; known: {', '.join(gpu_names())}")
-    offers = [o for o in load_offers() if (cloud is None or o.cloud == cloud)
+    all_offers = load_offers()
+    want = _known_gpu(gpu) if gpu else None
+    if region:
+        _known_region(region, cloud, all_offers)
+    offers = [o for o in all_offers if (cloud is None or o.cloud == cloud)
               and (want is None or (o.accelerator and canonical_gpu(o.accelerator) == want))
               and (region is None or o.region == region)]
-    table = Table(title=f"catalog: {len(offers)} offers")
+    if not offers:  # each filter is known, their combination is not offered: say where it is
+        where = sorted({f"{o.cloud} {o.region}" for o in all_offers if want is None or
+                        (o.accelerator and canonical_gpu(o.accelerator) == want)})
+        click.echo(f"no catalog offer has {_filters(want, cloud, region)}; "
+                   f"{want or 'offers'} {'is' if want else 'are'} offered in: {', '.join(where)}", err=True)
+        return
+    table = Table(title=f"catalog: {plural(len(offers), 'offer')}")
     for col in ("cloud", "region", "instance", "GPU", "GPU GB", "vCPU", "RAM GB", "$/h", "spot $/h",
                 "price date", "spot date"):
         table.add_column(col, justify="right" if "$" in col or "GB" in col or col == "vCPU" else "left")
@@ -151,6 +169,41 @@ def catalog_group(ctx, gpu, cloud, region):
     _console().print(table)
 
 
+def _suggest(word: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, known, n=3, cutoff=0.5) or \
+        difflib.get_close_matches(word.lower(), [k.lower() for k in known], n=3, cutoff=0.5)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def _known_gpu(gpu: str) -> str:
+    from infra.catalog import canonical_gpu, gpu_names
+
+    want = canonical_gpu(gpu)
+    if want is None:
+        names = gpu_names()
+        raise UsageError(f"--gpu: unknown GPU '{gpu}'{_suggest(gpu.upper(), names)} (known: {', '.join(names)})")
+    return want
+
+
+def _known_region(region: str, cloud: str | None, offers) -> None:
+    regions = sorted({o.region for o in offers if cloud is None or o.cloud == cloud})
+    if region in regions:
+        return
+    elsewhere = sorted({o.cloud for o in offers if o.region == region})
+    if elsewhere:
+        raise UsageError(f"--region: '{region}' is a {'/'.join(elsewhere)} region, not {cloud}'s; "
+                         f"drop --cloud or pick one of: {', '.join(regions)}")
+    raise UsageError(f"--region: no{f' {cloud}' if cloud else ''} region '{region}' in the catalog"
+                     f"{_suggest(region, regions)} (regions: {', '.join(regions)})")
+
+
+def _filters(gpu, cloud, region) -> str:
+    parts = [f"GPU {gpu}" if gpu else "", f"cloud {cloud}" if cloud else "", f"region {region}" if region else ""]
+    return ", ".join(p for p in parts if p)
+
+
 @catalog_group.command("refresh")
 @click.option("--region", "regions", multiple=True, help="AWS region(s); default: every catalog region")
 def catalog_refresh_command(regions):
@@ -161,7 +214,7 @@ def catalog_refresh_command(regions):
     for r in rows:
         click.echo(f"{r['region']:<14} {r['instance_type']:<16} ${float(r['spot_price_per_hour']):.4f}/h "
                    f"({r['zone']}, {r['price_date']})")
-    click.echo(f"{len(rows)} spot prices written to {spot_prices_path()}")
+    click.echo(f"{plural(len(rows), 'spot price')} written to {spot_prices_path()}")
 
 
 COMMANDS = (plan_command, catalog_group)

@@ -49,8 +49,9 @@ def cost_report(as_json):
     if as_json:
         click.echo(json.dumps({"jobs": rows, "days": days, "total": total}, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from orchestrator.cli.render.summary import console
 
     t = Table(title="dlrun cost report (USD)")
     for c in ("day", "job", "name", "status", "backend", "gpu", "spot", "preempt", "est h", "actual h",
@@ -60,12 +61,14 @@ def cost_report(as_json):
         t.add_row(r["day"], r["job"], r["name"], r["status"], r["backend"] or "-", r["gpu"] or "-",
                   "yes" if r["spot"] else "no", str(r["preemptions"]), f"{r['est_hours']:.4f}",
                   f"{r['actual_hours']:.4f}", f"{r['est_cost']:.4f}", f"{r['actual_cost']:.4f}")
+    from orchestrator.cli.render.summary import plural
+
     for day, d in sorted(days.items()):
-        t.add_row(day, f"[bold]{d['jobs']} jobs[/]", "", "", "", "", "", "", "", "",
+        t.add_row(day, f"[bold]{plural(d['jobs'], 'job')}[/]", "", "", "", "", "", "", "", "",
                   f"{d['est_cost']:.4f}", f"[bold]{d['actual_cost']:.4f}[/]")
-    t.add_row("total", f"[bold]{total['jobs']} jobs[/]", "", "", "", "", "", "", "", "",
+    t.add_row("total", f"[bold]{plural(total['jobs'], 'job')}[/]", "", "", "", "", "", "", "", "",
               f"{total['est_cost']:.4f}", f"[bold]{total['actual_cost']:.4f}[/]")
-    Console().print(t)
+    console().print(t)
 
 
 @click.command()
@@ -77,7 +80,6 @@ def dashboard(job_id, open_browser, metrics):
     import json as _json
 
     from infra import capabilities
-    from infra.local.head import recorded_head
     from orchestrator.state.db import default_store
 
     store = default_store()
@@ -99,10 +101,13 @@ def dashboard(job_id, open_browser, metrics):
         if url:
             url = f"{url}/#/jobs/{row['ray_submission_id']}" if row["ray_submission_id"] else url
     else:
-        head = recorded_head()
-        url = head.dashboard_url if head else None
+        from orchestrator.runs.teardown import local_head
+
+        url, ours = local_head()
+        if url and not ours:
+            click.echo("(a Ray head dlrun did not start; dlrun attaches to it for local jobs)", err=True)
     if not url:
-        raise UsageError("no Ray dashboard is up; `dlrun submit` starts the local head")
+        raise UsageError("no Ray dashboard is up: no local Ray head answers; `dlrun submit` starts one")
     click.echo(url)
     if metrics:
         for line in start_metrics_stack():

@@ -5,13 +5,13 @@ import functools
 import json
 import logging
 import sys
-from dataclasses import asdict
 
 import click
 
-from orchestrator.state import schedules as ss
-from orchestrator.schedule import cron as st
 from orchestrator.errors import DlrunError
+
+# orchestrator.state.schedules (the job file's model: pydantic) and the cron module are imported by
+# the commands that use them, so that `dlrun schedule --help` stays light
 
 
 def _errors_to_exit(fn):
@@ -32,10 +32,15 @@ def _store():
     return Store()
 
 
-def _notify() -> None:
+def _notify() -> bool:
+    """Tell a running `dlrun scheduler` that the schedules changed; False when none runs."""
     from orchestrator.schedule.scheduler import notify_scheduler
 
-    notify_scheduler()
+    return notify_scheduler()
+
+
+NO_SCHEDULER = ("note: no `dlrun scheduler` is running for this $DLRUN_HOME; nothing fires until one does "
+                "(start it, e.g. under systemd: dlrun scheduler)")
 
 
 @click.group("schedule")
@@ -56,12 +61,17 @@ def schedule():
 @_errors_to_exit
 def add(job_file, cron, tz, max_cost, name, follow_file, monthly_cap):
     """Schedule JOB_FILE; a copy of the file is stored now (see --follow-file)."""
+    from orchestrator.schedule import cron as st
+    from orchestrator.state import schedules as ss
+
     row = ss.add_schedule(_store(), job_file, cron, tz=tz, max_cost=max_cost, name=name,
                           follow_file=follow_file, monthly_cap=monthly_cap)
-    _notify()
+    running = _notify()
     click.echo(f"schedule {row['name']} ({row['cron']}, {row['tz']}): next run "
                f"{st.fmt_local(row['next_run_at'], row['tz'])}; job file {row['job_path']} "
                f"{'followed' if row['follow_file'] else 'copied'} (hash {row['job_hash']})")
+    if not running:
+        click.echo(NO_SCHEDULER, err=True)
 
 
 @schedule.command("list")
@@ -69,10 +79,12 @@ def add(job_file, cron, tz, max_cost, name, follow_file, monthly_cap):
 @_errors_to_exit
 def list_(as_json):
     """Schedules with their next run, last run and result, and what they spent."""
+    from orchestrator.state import schedules as ss
+
     store = _store()
     views = [ss.describe(store, row) for row in ss.list_schedules(store)]
-    if as_json:
-        click.echo(json.dumps([asdict(v) for v in views], indent=2))
+    if as_json:  # times in ISO 8601 with the schedule's UTC offset; null where there is none
+        click.echo(json.dumps([v.to_json() for v in views], indent=2))
         return
     if not views:
         click.echo("no schedules; add one with: dlrun schedule add job.yaml --cron '0 2 * * *'")
@@ -85,8 +97,9 @@ def list_(as_json):
         table.add_column(col, justify="right" if col in ("SPENT", "THIS MONTH") else "left")
     for v in views:
         month = f"${v.spent_month:.2f}" + (f" / ${v.monthly_cap:.2f}" if v.monthly_cap else "")
-        result = v.last_result + (f" {v.last_job_id}" if v.last_job_id else "")
-        table.add_row(v.name, v.cron, v.tz, v.next_run, v.last_run, result, f"${v.spent_total:.2f}", month)
+        result = (v.last_result or "-") + (f" {v.last_job_id}" if v.last_job_id else "")
+        table.add_row(v.name, v.cron, v.tz, v.next_run_text, v.last_run_text, result, f"${v.spent_total:.2f}",
+                      month)
     Console(width=200).print(table)
 
 
@@ -96,6 +109,9 @@ def list_(as_json):
 @_errors_to_exit
 def runs(name, limit):
     """The firing history of one schedule: due time, outcome, job."""
+    from orchestrator.schedule import cron as st
+    from orchestrator.state import schedules as ss
+
     store = _store()
     history = ss.runs(store, name)
     tz = ss.get_schedule(store, name)["tz"]
@@ -110,6 +126,8 @@ def runs(name, limit):
 @_errors_to_exit
 def remove(name):
     """Delete a schedule (its jobs and their history stay)."""
+    from orchestrator.state import schedules as ss
+
     row = ss.remove_schedule(_store(), name)
     _notify()
     click.echo(f"removed schedule {row['name']}")
@@ -120,6 +138,8 @@ def remove(name):
 @_errors_to_exit
 def pause(name):
     """Stop firing NAME until `dlrun schedule resume NAME`."""
+    from orchestrator.state import schedules as ss
+
     row = ss.set_paused(_store(), name, True)
     _notify()
     click.echo(f"paused schedule {row['name']}")
@@ -130,9 +150,14 @@ def pause(name):
 @_errors_to_exit
 def resume(name):
     """Fire NAME again from its next occurrence (runs missed while paused are not caught up)."""
+    from orchestrator.schedule import cron as st
+    from orchestrator.state import schedules as ss
+
     row = ss.set_paused(_store(), name, False)
-    _notify()
+    running = _notify()
     click.echo(f"resumed schedule {row['name']}: next run {st.fmt_local(row['next_run_at'], row['tz'])}")
+    if not running:
+        click.echo(NO_SCHEDULER, err=True)
 
 
 @click.command("scheduler")

@@ -99,16 +99,26 @@ def workload_hash(workload) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def cached_profile(workload, *, measure_local: bool = True) -> WorkloadProfile | None:
+    """The stored profile when measure() would not measure again (else None: the next plan measures)."""
+    path = profiles_dir() / f"{workload_hash(workload)}.json"
+    if not path.exists():
+        return None
+    try:
+        cached = WorkloadProfile.from_json(json.loads(path.read_text()))
+    except (ValueError, TypeError, KeyError):
+        return None
+    if cached.local_step_seconds or not measure_local or cached.note == TOO_BIG_NOTE:
+        return cached
+    return None
+
+
 def measure(workload, *, measure_local: bool = True, refresh: bool = False) -> WorkloadProfile:
     """Profile one training step of `workload` (a spec.Workload); cached under $DLRUN_HOME/profiles/."""
     path = profiles_dir() / f"{workload_hash(workload)}.json"
-    if path.exists() and not refresh:
-        try:
-            cached = WorkloadProfile.from_json(json.loads(path.read_text()))
-            if cached.local_step_seconds or not measure_local or cached.note == TOO_BIG_NOTE:
-                return cached
-        except (ValueError, TypeError, KeyError):
-            pass
+    cached = None if refresh else cached_profile(workload, measure_local=measure_local)
+    if cached is not None:
+        return cached
     prof = _static_profile(workload)
     if measure_local:
         from orchestrator.planning.estimator import cpu_roofline_step_seconds

@@ -251,10 +251,29 @@ def _model_for(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
-def _describe(err: dict, lines: dict[tuple, int], where: str) -> str:
+def _clean_loc(err: dict) -> tuple:
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p[:1].isupper() or "[" in p)))
-    # pydantic tags union branches with type names (str, dict[str,int]); drop them from the path
-    loc = tuple(p for p in loc if p not in ("str", "float", "int", "dict[str,int]", "function-after"))
+    return tuple(p for p in loc if p not in ("str", "float", "int", "dict[str,int]", "function-after"))
+
+
+def _typos_first(errs: list[dict]) -> list[dict]:
+    """A misspelt required field reads as 'unknown field' plus 'required field missing': say the
+    first, with its 'did you mean', and drop the second (it is the same mistake)."""
+    extra = [e for e in errs if e["type"] == "extra_forbidden"]
+    explained = set()
+    for e in extra:
+        loc = _clean_loc(e)
+        parent = _model_for(loc[:-1])
+        names = list(parent.model_fields) if parent else []
+        for near in difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.5):
+            explained.add(loc[:-1] + (near,))
+    rest = [e for e in errs if e["type"] != "extra_forbidden"
+            and not (e["type"] == "missing" and _clean_loc(e) in explained)]
+    return extra + rest if explained else errs
+
+
+def _describe(err: dict, lines: dict[tuple, int], where: str) -> str:
+    loc = _clean_loc(err)  # pydantic tags union branches with type names (str, dict[str,int]): dropped
     field = ".".join(str(p) for p in loc) or "(top level)"
     line = next((lines[loc[:i]] for i in range(len(loc), 0, -1) if loc[:i] in lines), None)
     at = f"{where}:{line}" if line else where
@@ -290,7 +309,7 @@ def parse_job(text: str, where: str = "<job>") -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as e:
-        errs = e.errors(include_url=False)
+        errs = _typos_first(e.errors(include_url=False))
         lines = _key_lines(node) if node is not None else {}
         first = _describe(errs[0], lines, where)
         more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from orchestrator.cli.render.display import JobView
+from orchestrator.cli.render.summary import offer_name
 from orchestrator.runs.entrypoint import entrypoint, num_workers, runtime_env
 from orchestrator.planning.spec import JobSpec
 from orchestrator.paths import job_log_path
@@ -66,12 +67,12 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
                          price_per_hour=offer.hourly(cand.spot), region=offer.region, launched_at=started,
                          instance_type=offer.instance_type, spot=int(cand.spot), num_nodes=nodes)
     store.set_status(ctx.job_id, "PROVISIONING", offer.label)
-    ctx.view.phase, ctx.view.backend = "provisioning", f"{offer.label}{' spot' if cand.spot else ''}"
+    ctx.view.phase, ctx.view.backend = "provisioning", offer_name(offer, cand.spot)
     ctx.display.update(ctx.view)
-    import ray
+    from orchestrator.runs.ray_jobs import ray_version  # not `import ray`: a second of imports
 
     request = ClusterRequest(cluster_id=cluster_id, job_id=ctx.job_id, offer=offer, spot=cand.spot, num_nodes=nodes,
-                             bootstrap=BootstrapConfig(ray_version=ray.__version__,
+                             bootstrap=BootstrapConfig(ray_version=ray_version(),
                                                        python_packages=list(spec.requirements),
                                                        **watchdog_limits(spec)),
                              image=spec.resources.image, owner=owner_identity())

@@ -186,8 +186,8 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
             else:
                 return _finish(job_id, spec, outcome, store, display, view)
             outcome = None
-    except KeyboardInterrupt:
-        store.set_status(job_id, "CANCELLED", "interrupted")
+    except KeyboardInterrupt:  # the time spent is kept (the attempt recorded the cost when it tore down)
+        store.set_status(job_id, "CANCELLED", "interrupted with Ctrl-C", actual_seconds=time.time() - row["created_at"])
         raise
     except Exception as e:
         current = store.get_job(job_id)["status"]
@@ -261,10 +261,8 @@ def _finish(job_id, spec, outcome: Outcome, store: Store, display, view) -> Subm
         status = store.get_job(job_id)["status"]  # ended meanwhile (`dlrun cancel`): that status stands
         store.update_job(job_id, **fields)
     view.phase = status.lower()
-    display.update(view)
-    acc = outcome.result.get("accuracy")
-    display.message(f"{job_id} {status}" + (f" — held-out accuracy {acc:.4f}" if acc is not None else "")
-                    + f" — cost ${store.get_job(job_id)['actual_cost'] or 0:.4f}")
+    display.update(view)  # the result line is the caller's to print, once (cli/render/summary.result_line)
     if status == "FAILED":
-        raise JobFailedError(f"job {job_id} failed on {view.backend}; see `dlrun logs {job_id}`")
+        code = f" (exit code {outcome.exit_code})" if getattr(outcome, "exit_code", None) is not None else ""
+        raise JobFailedError(f"job {job_id} failed on {view.backend}{code}; see `dlrun logs {job_id}`")
     return SubmitResult(job_id, status, EXIT_BY_STATUS.get(status, 1), outcome.result)

@@ -1,55 +1,179 @@
-"""The Ray Jobs API of one cluster: a thin layer over Ray's JobSubmissionClient."""
+"""The Ray Jobs API of one cluster, spoken over plain HTTP (the REST API Ray's JobSubmissionClient uses).
+
+Importing Ray's SDK costs about a second (ray, aiohttp, its pydantic models) for a handful of JSON
+requests, so dlrun speaks them itself: submit, status, info, stop, list, the whole log, and the log
+as it grows (Ray's websocket tail, log_tail.py). Only building and uploading a working_dir package
+that the head does not hold yet goes through Ray's own packaging code (packages.py).
+"""
 from __future__ import annotations
 
+import json
 import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from orchestrator.runs.packages import ray_version, resolve_packages  # noqa: F401  (ray_version: one home)
 
 TERMINAL_RAY_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
+class JobsApiError(RuntimeError):
+    """The head answered with an error (status and Ray's text), or did not answer."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class JobInfo:
+    """What GET /api/jobs/{id} says of a job (times in ms since the epoch, as Ray gives them)."""
+    submission_id: str
+    status: str
+    message: str | None = None
+    start_time: int | None = None
+    end_time: int | None = None
+    driver_exit_code: int | None = None
+    entrypoint: str = ""
+    metadata: dict = field(default_factory=dict)
+    runtime_env: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "JobInfo":
+        return cls(submission_id=d.get("submission_id") or d.get("job_id") or "", status=str(d.get("status")),
+                   message=d.get("message"), start_time=d.get("start_time"), end_time=d.get("end_time"),
+                   driver_exit_code=d.get("driver_exit_code"), entrypoint=d.get("entrypoint") or "",
+                   metadata=d.get("metadata") or {}, runtime_env=d.get("runtime_env") or {})
+
+
+def _default_headers(address: str) -> dict[str, str]:
+    """The bearer token for `address`: dlrun's own local head's, else Ray's own client settings for
+    a head dlrun did not start (RAY_AUTH_MODE=token with RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)."""
+    import os
+    from pathlib import Path
+
+    from infra.auth import bearer
+    from infra.local.head import local_head_headers
+
+    mine = local_head_headers(address)
+    if mine or os.environ.get("RAY_AUTH_MODE") != "token":
+        return mine
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    if not token:
+        path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+        token = path.read_text().strip() if path.is_file() else None
+    return bearer(token)
+
+
+def _append_line(job_id: str):
+    """A writer of lines to the job's log file (readable with `dlrun logs`)."""
+    from orchestrator.paths import job_log_path
+
+    path = job_log_path(job_id)
+
+    def write(line: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(line.rstrip("\n") + "\n")
+    return write
+
+
 class RayJobs:
-    """The Ray Jobs API of one cluster (a thin layer over JobSubmissionClient)."""
+    """The Ray Jobs API of one cluster. `headers`: sent with every request (the cluster's Ray token);
+    None: the token of dlrun's local head when `address` is that head."""
 
-    def __init__(self, address: str, headers: dict[str, str] | None = None):
-        """headers: the cluster's bearer token; by default the one of dlrun's local head at address."""
-        from ray.job_submission import JobSubmissionClient
+    def __init__(self, address: str, headers: dict[str, str] | None = None, timeout: float = 30.0):
+        self.address = address.rstrip("/")
+        self.headers = dict(_default_headers(self.address) if headers is None else headers)
+        self.timeout = timeout
+        self._ended: dict[str, JobInfo] = {}  # a job's info once it is terminal (it no longer changes)
 
-        if headers is None:
-            from infra.local.head import local_head_headers
+    # --- HTTP --------------------------------------------------------------------------------------
+    def request(self, method: str, path: str, *, body: bytes | None = None, json_body=None,
+                ok=(200,)) -> tuple[int, bytes]:
+        headers = dict(self.headers)
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(self.address + path, data=body, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, text = e.code, e.read().decode(errors="replace")
+            if status in ok:
+                return status, text.encode()
+            if status in (401, 403):
+                raise JobsApiError(f"the Ray head at {self.address} refused dlrun's token ({status}): {text[:200]}",
+                                   status) from None
+            raise JobsApiError(f"Ray Jobs API {method} {path}: {status} {text[:500]}", status) from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise JobsApiError(f"no answer from the Ray head at {self.address}: {reason}") from None
 
-            headers = local_head_headers(address)
-        self.address = address
-        self.client = JobSubmissionClient(address, headers=headers or None)
+    def _json(self, method: str, path: str, **kw):
+        return json.loads(self.request(method, path, **kw)[1] or b"null")
 
+    # --- the API -----------------------------------------------------------------------------------
     def submit(self, *, entrypoint: str, submission_id: str, runtime_env: dict, metadata: dict,
-               entrypoint_num_gpus: float | None = None, agent_wait_s: float = 120.0) -> str:
+               entrypoint_num_gpus: float | None = None, agent_wait_s: float = 120.0, log=None) -> str:
+        """Upload what the runtime_env ships (unless the head holds it already), then submit.
+        log(line): where Ray's own messages about packages go (the job's log file), never the terminal."""
+        if log is None and metadata.get("dlrun_job_id"):
+            log = _append_line(metadata["dlrun_job_id"])
+        env = resolve_packages(self, runtime_env, log=log)
+        if isinstance(env.get("pip"), list):  # the form Ray's RuntimeEnv gives a list of requirements
+            env["pip"] = {"packages": env["pip"], "pip_check": False}
         # Ray job metadata values must be strings
         meta = {str(k): str(v) for k, v in metadata.items() if v is not None}
+        body = {k: v for k, v in dict(entrypoint=entrypoint, submission_id=submission_id, runtime_env=env,
+                                      metadata=meta, entrypoint_num_gpus=entrypoint_num_gpus).items()
+                if v is not None}
         deadline = time.monotonic() + agent_wait_s
         while True:
             try:
-                return self.client.submit_job(entrypoint=entrypoint, submission_id=submission_id,
-                                              runtime_env=runtime_env, metadata=meta,
-                                              entrypoint_num_gpus=entrypoint_num_gpus)
-            except RuntimeError as e:
+                return self._json("POST", "/api/jobs/", json_body=body)["submission_id"]
+            except JobsApiError as e:
                 # a head that has just come up answers before its job agent is ready
                 if "No available agent" not in str(e) or time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
 
-    def status(self, submission_id: str) -> str:
-        return str(self.client.get_job_status(submission_id).value)
+    def info(self, submission_id: str) -> JobInfo:
+        if submission_id in self._ended:
+            return self._ended[submission_id]
+        info = JobInfo.from_json(self._json("GET", f"/api/jobs/{quote(submission_id)}"))
+        if info.status in TERMINAL_RAY_STATUSES:
+            self._ended[submission_id] = info
+        return info
 
-    def info(self, submission_id: str):
-        return self.client.get_job_info(submission_id)
+    def status(self, submission_id: str) -> str:
+        return self.info(submission_id).status
 
     def logs(self, submission_id: str) -> str:
-        return self.client.get_job_logs(submission_id)
+        """The whole log (one read; following a job uses tail())."""
+        return self._json("GET", f"/api/jobs/{quote(submission_id)}/logs")["logs"]
+
+    def tail(self, submission_id: str):
+        """The log as it grows: a LogTail following Ray's websocket tail of the job's log."""
+        from orchestrator.runs.log_tail import LogTail, websocket_text
+
+        url = f"{self.address}/api/jobs/{quote(submission_id)}/logs/tail"
+        return LogTail(lambda stop: websocket_text(url, self.headers, timeout=self.timeout, stop=stop),
+                       lambda: self.logs(submission_id))
 
     def stop(self, submission_id: str) -> bool:
         try:
-            return self.client.stop_job(submission_id)
+            return bool(self._json("POST", f"/api/jobs/{quote(submission_id)}/stop").get("stopped"))
         except Exception:
             return False
 
-    def list(self):
-        return self.client.list_jobs()
+    def list(self) -> list[JobInfo]:
+        return [JobInfo.from_json(d) for d in self._json("GET", "/api/jobs/")]
+
+    # --- packages (packages.py) ----------------------------------------------------------------------
+    def has_package(self, uri: str) -> bool:
+        protocol, _, name = uri.partition("://")
+        return self.request("GET", f"/api/packages/{protocol}/{name}", ok=(200, 404))[0] == 200

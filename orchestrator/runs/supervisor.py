@@ -12,7 +12,12 @@ from orchestrator.runs.executor import execute
 def main(argv: list[str]) -> int:
     job_id, resume = argv[0], "--resume" in argv[1:]
     try:
-        return execute(job_id, display=PlainDisplay(sys.stdout), resume=resume).exit_code
+        res = execute(job_id, display=PlainDisplay(sys.stdout), resume=resume)
+        from orchestrator.cli.render.summary import result_line
+        from orchestrator.state.db import default_store
+
+        print(result_line(default_store(), job_id), flush=True)
+        return res.exit_code
     except DlrunError as e:
         print(f"dlrun: {e.message}", flush=True)
         return e.exit_code

@@ -24,6 +24,25 @@ def terminate_recorded(store: Store, row) -> str:
     return f"terminated {row['id']} ({row['provider']})"
 
 
+def local_head() -> tuple[str | None, bool]:
+    """The local Ray dashboard dlrun would use for a local job, and whether dlrun started that head:
+    its own recorded head, else DLRUN_RAY_ADDRESS, else a head answering on the dashboard port (which
+    `dlrun submit` attaches to without owning it). (None, False) when none answers."""
+    import os
+
+    from infra.local.head import DEFAULT_DASHBOARD_PORT, recorded_head
+    from infra.reach import dashboard_alive
+
+    head = recorded_head()
+    if head is not None:
+        return head.dashboard_url, bool(head.started_by_dlrun)
+    port = os.environ.get("DLRUN_DASHBOARD_PORT", DEFAULT_DASHBOARD_PORT)
+    for url in (os.environ.get("DLRUN_RAY_ADDRESS"), f"http://127.0.0.1:{port}"):
+        if url and dashboard_alive(url):
+            return url.rstrip("/"), False
+    return None, False
+
+
 def down(cluster_id: str | None = None, orphans: bool = False, *, all_owners: bool = False,
          confirm=None) -> list[str]:
     """confirm(lines) -> bool is asked before orphans are removed (None: remove without asking)."""
@@ -45,7 +64,14 @@ def down(cluster_id: str | None = None, orphans: bool = False, *, all_owners: bo
             out.append(terminate_recorded(store, row))
     if orphans:
         out += remove_orphans(store, all_owners=all_owners, confirm=confirm)
-    return out or ["nothing to stop"]
+    if out:
+        return out
+    url, _ = local_head()
+    if url:  # dlrun never stops a head it did not start
+        return [f"nothing to stop: the Ray head at {url} was not started by dlrun (dlrun only attached to it "
+                "for local jobs); stop it where it was started"]
+    why = "no local Ray head dlrun started is running and no cluster of a finished job is left"
+    return [f"nothing to stop: {why}" + ("" if orphans else " (`dlrun down --orphans` also looks in the clouds)")]
 
 
 def remove_orphans(store: Store, clouds=CLOUDS, providers: dict | None = None, *, all_owners: bool = False,

@@ -1,6 +1,13 @@
-"""The watch loop of one attempt: Ray job status, log tail and metrics, node state, accrued cost."""
+"""The watch loop of one attempt: Ray job status, log tail and metrics, node state, accrued cost.
+
+The log is followed incrementally (the Jobs client's tail(): each character read once) and only
+whole lines are interpreted. Status is polled every 0.1 s at first, then less often up to poll_s,
+and every FAST_POLL_S once the job printed its result or its log stream ended: a short job's end
+is seen within a tenth of a second or so.
+"""
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -11,6 +18,19 @@ from orchestrator.cost import CostMeter
 
 HEAD_FAILURES_BEFORE_CHECK = 10  # failed status polls in a row before the cloud is asked about the nodes
 HEAD_LOST_AFTER_S = 600.0  # a head unreachable this long while its instances run is lost
+FIRST_POLL_S = 0.1  # status polls start this often and slow down to poll_s over RAMP_S seconds
+RAMP_S = 20.0
+FAST_POLL_S = 0.05  # once the end is near (the result line arrived, the log stream closed) ...
+END_NEAR_S = 10.0  # ... for this long at most
+# Ray's own lines in a job's log: its job manager's messages and the entrypoint it runs. They stay
+# in the job's log file and out of the live display.
+RAY_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\s+(DEBUG|INFO)\s+\S+:\d+ -- "
+                      r"|^Running entrypoint for job \S+: ")
+REPORTED_SKIP = ("epoch", "epochs", "event")
+
+
+def is_ray_line(line: str) -> bool:
+    return bool(RAY_LINE.match(line))
 
 
 @dataclass
@@ -19,11 +39,12 @@ class Outcome:
     detail: str = ""
     result: dict = field(default_factory=dict)
     run_seconds: float | None = None
+    exit_code: int | None = None  # the job's own exit code, when Ray knows it
 
 
 @dataclass
 class Watcher:
-    jobs: object  # raycluster.RayJobs
+    jobs: object  # ray_jobs.RayJobs: status(), info(), tail(), stop()
     submission_id: str
     view: JobView
     display: object
@@ -36,45 +57,58 @@ class Watcher:
     confirm_cancel: Callable[[], bool] = lambda: True  # asked on Ctrl-C
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
-    _log_len: int = 0
     _warned: bool = False
     result: dict = field(default_factory=dict)
     log_path: object = None  # the job's log is kept here too: readable after the cluster is gone
+    _tail: object = None
+    _partial: str = ""  # the start of a line still being written
+    _end_near: float | None = None  # when the end looked near (result printed, stream closed)
+    _started: float | None = None
 
     def _consume_logs(self, final: bool = False) -> None:
         try:
-            text = self.jobs.logs(self.submission_id)
+            if self._tail is None:
+                self._tail = self.jobs.tail(self.submission_id)
+            text = self._tail.finish() if final else self._tail.read()
         except Exception:
             return
-        if len(text) < self._log_len:
-            self._log_len = 0
-        # only whole lines: a line still being written is read complete at the next poll
-        end = text.rfind("\n", self._log_len) + 1 if not final else len(text)
-        if end <= self._log_len:
+        if getattr(self._tail, "ended", False) and self._end_near is None:
+            self._end_near = self.clock()
+        text = self._partial + text
+        # only whole lines: a line still being written is read complete at a later poll
+        cut = len(text) if final else text.rfind("\n") + 1
+        fresh, self._partial = text[:cut], text[cut:]
+        if not fresh:
             return
-        fresh, self._log_len = text[self._log_len:end], end
-        if fresh and self.log_path is not None:
+        if self.log_path is not None:
             with open(self.log_path, "a") as f:
                 f.write(fresh)
         for line in fresh.splitlines():
-            parsed = parse_metric_line(line)
-            if parsed is None:
+            self._line(line)
+
+    def _line(self, line: str) -> None:
+        parsed = parse_metric_line(line)
+        if parsed is None:
+            if not is_ray_line(line):
                 self.display.log(line)
-                continue
-            kind, data = parsed
-            if kind == "result":
-                self.result = data
-            elif data.get("event") == "resumed":
-                self.display.message(f"resumed from checkpoint at epoch {data.get('epoch')}")
-                self.on_event("resumed", data)
-            else:
-                v = self.view
-                v.epoch = int(data.get("epoch", v.epoch))
-                v.epochs = int(data.get("epochs", v.epochs))
-                v.loss = data.get("loss", v.loss)
-                v.accuracy = data.get("accuracy", v.accuracy)
-                v.samples_per_s = data.get("samples_per_s", v.samples_per_s)
-                self.on_event("epoch", data)
+            return
+        kind, data = parsed
+        if kind == "result":
+            self.result = data
+            if self._end_near is None:
+                self._end_near = self.clock()
+        elif data.get("event") == "resumed":
+            self.display.message(f"resumed from checkpoint at epoch {data.get('epoch')}")
+            self.on_event("resumed", data)
+        else:
+            v = self.view
+            v.epoch = int(data.get("epoch", v.epoch))
+            v.epochs = int(data.get("epochs", v.epochs))
+            v.loss = data.get("loss", v.loss)
+            v.accuracy = data.get("accuracy", v.accuracy)
+            v.samples_per_s = data.get("samples_per_s", v.samples_per_s)
+            v.metrics.update({k: x for k, x in data.items() if k not in REPORTED_SKIP})
+            self.on_event("epoch", data)
 
     def _check_budget(self, now: float) -> bool:
         if not self.max_cost:
@@ -99,20 +133,32 @@ class Watcher:
             return ", ".join(f"{s.node_id} {s.status}" for s in gone)
         return None
 
+    def _interval(self, now: float) -> float:
+        if self._end_near is not None and now - self._end_near < END_NEAR_S:
+            return min(self.poll_s, FAST_POLL_S)
+        ramp = FIRST_POLL_S + (self.poll_s - FIRST_POLL_S) * (now - self._started) / RAMP_S
+        return max(min(self.poll_s, FIRST_POLL_S), min(self.poll_s, ramp))
+
     def run(self) -> Outcome:
-        while True:
-            try:
-                return self._loop()
-            except KeyboardInterrupt:
-                if self.confirm_cancel():
-                    self.jobs.stop(self.submission_id)
-                    self.on_event("cancel_requested", {"by": "Ctrl-C"})
-                    return Outcome("STOPPED", "cancelled with Ctrl-C", run_seconds=self._run_seconds())
+        try:
+            while True:
+                try:
+                    return self._loop()
+                except KeyboardInterrupt:
+                    if self.confirm_cancel():
+                        self.jobs.stop(self.submission_id)
+                        self.on_event("cancel_requested", {"by": "Ctrl-C"})
+                        self._consume_logs(final=True)
+                        return Outcome("STOPPED", "cancelled with Ctrl-C", run_seconds=self._run_seconds())
+        finally:
+            if self._tail is not None:
+                self._tail.close()
 
     def _loop(self) -> Outcome:
         from orchestrator.runs.ray_jobs import TERMINAL_RAY_STATUSES
 
         last_nodes = self.clock()
+        self._started = self._started if self._started is not None else last_nodes
         last_status = None
         head_failures, unreachable_since = 0, 0.0
         while True:
@@ -138,7 +184,9 @@ class Watcher:
             self._consume_logs(final=status in TERMINAL_RAY_STATUSES)
             self.display.update(self.view)
             if status in TERMINAL_RAY_STATUSES:
-                return Outcome(status, result=self.result, run_seconds=self._run_seconds())
+                code = self._exit_code()
+                detail = f"the job exited with code {code}" if status == "FAILED" and code is not None else ""
+                return Outcome(status, detail, result=self.result, run_seconds=self._run_seconds(), exit_code=code)
             if self._check_budget(now):
                 return Outcome("BUDGET_EXCEEDED", f"accrued ${self.meter.accrued(now):.4f} reached max ${self.max_cost:g}")
             if now - last_nodes >= self.node_poll_s:
@@ -146,7 +194,7 @@ class Watcher:
                 why = self._preempted()
                 if why:
                     return Outcome("PREEMPTED", why)
-            self.sleep(self.poll_s)
+            self.sleep(self._interval(now))
 
     def _head_lost(self, error: Exception, unreachable_s: float) -> str | None:
         """Why the head counts as lost after a run of failed polls, or None to keep waiting.
@@ -174,3 +222,9 @@ class Watcher:
         except Exception:
             pass
         return None
+
+    def _exit_code(self) -> int | None:
+        try:
+            return getattr(self.jobs.info(self.submission_id), "driver_exit_code", None)
+        except Exception:
+            return None

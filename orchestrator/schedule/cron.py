@@ -120,5 +120,12 @@ def fmt_local(ts: float | None, tz_name: str) -> str:
     return datetime.fromtimestamp(ts, zone(tz_name)).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+def iso_local(ts: float | None, tz_name: str) -> str | None:
+    """ISO 8601 with the zone's UTC offset at that instant (2026-11-24T02:00:00+01:00); None for None."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, zone(tz_name)).replace(microsecond=0).isoformat()
+
+
 def utc_iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

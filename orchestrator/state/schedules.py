@@ -104,27 +104,43 @@ def list_schedules(store: Store) -> list[sqlite3.Row]:
 
 @dataclass
 class ScheduleView:
-    """One line of `dlrun schedule list`."""
+    """One line of `dlrun schedule list`: instants as epoch seconds (None: there is none)."""
     name: str
     cron: str
     tz: str
     paused: bool
-    next_run: str
-    last_run: str
-    last_result: str
+    next_run_at: float | None  # None while paused
+    last_run_at: float | None
+    last_result: str | None
     last_job_id: str | None
     spent_total: float
     spent_month: float
     monthly_cap: float | None
 
+    @property
+    def next_run_text(self) -> str:
+        return "paused" if self.paused else st.fmt_local(self.next_run_at, self.tz)
+
+    @property
+    def last_run_text(self) -> str:
+        return st.fmt_local(self.last_run_at, self.tz)
+
+    def to_json(self) -> dict:
+        """Times in ISO 8601 with the schedule's UTC offset; null where there is none."""
+        return {"name": self.name, "cron": self.cron, "tz": self.tz, "paused": self.paused,
+                "next_run": st.iso_local(self.next_run_at, self.tz),
+                "last_run": st.iso_local(self.last_run_at, self.tz), "last_result": self.last_result,
+                "last_job_id": self.last_job_id, "spent_total": round(self.spent_total, 6),
+                "spent_month": round(self.spent_month, 6), "monthly_cap": self.monthly_cap}
+
 
 def describe(store: Store, row: sqlite3.Row, now: float | None = None) -> ScheduleView:
     now = time.time() if now is None else now
     last = store.query("SELECT * FROM schedule_runs WHERE schedule_id=? ORDER BY id DESC LIMIT 1", (row["id"],))
-    last_run, result, job_id = "-", "-", None
+    last_run, result, job_id = None, None, None
     if last:
         r = last[0]
-        last_run, result, job_id = st.fmt_local(r["fired_at"], row["tz"]), r["outcome"], r["job_id"]
+        last_run, result, job_id = r["fired_at"], r["outcome"], r["job_id"]
         if r["outcome"] == "fired":  # still going: show the job's live status
             job = store.query("SELECT id, status FROM jobs WHERE schedule_id=? AND created_at>=? "
                               "ORDER BY created_at LIMIT 1", (row["id"], r["fired_at"] - 1))
@@ -132,8 +148,8 @@ def describe(store: Store, row: sqlite3.Row, now: float | None = None) -> Schedu
                 job_id, result = job[0]["id"], job[0]["status"]
     return ScheduleView(
         name=row["name"], cron=row["cron"], tz=row["tz"], paused=bool(row["paused"]),
-        next_run="paused" if row["paused"] else st.fmt_local(row["next_run_at"], row["tz"]),
-        last_run=last_run, last_result=result, last_job_id=job_id,
+        next_run_at=None if row["paused"] else row["next_run_at"],
+        last_run_at=last_run, last_result=result, last_job_id=job_id,
         spent_total=spent(store, row["id"]), spent_month=spent(store, row["id"], st.month_start(now, row["tz"])),
         monthly_cap=row["monthly_cap"] or _spec_cap(row))
 

@@ -215,6 +215,8 @@ class FakeJobs:
         self.submitted: list[dict] = []
         self.stopped: list[str] = []
         self.logs_calls = 0
+        self.tails = 0
+        self.chars_read = 0  # characters handed out by tails: each one once
         self.logs_error: BaseException | None = None
         self.start_ms: float | None = None
         self.end_ms: float | None = None
@@ -251,12 +253,37 @@ class FakeJobs:
             raise self.logs_error
         return self.text
 
+    def tail(self, submission_id: str) -> "FakeTail":
+        self.tails += 1
+        return FakeTail(self)
+
     def stop(self, submission_id: str) -> bool:
         self.stopped.append(submission_id)
         return True
 
     def info(self, submission_id: str):
         return SimpleNamespace(start_time=self.start_ms, end_time=self.end_ms)
+
+
+class FakeTail:
+    """RayJobs.tail() over a FakeJobs's growing text: read() hands out what is new, each character once;
+    a read raises FakeJobs.logs_error while it is set (nothing is lost: the next read gets it)."""
+
+    def __init__(self, jobs: FakeJobs):
+        self.jobs, self.pos, self.ended, self.closed = jobs, 0, False, False
+
+    def read(self) -> str:
+        if self.jobs.logs_error is not None:
+            raise self.jobs.logs_error
+        out, self.pos = self.jobs.text[self.pos:], len(self.jobs.text)
+        self.jobs.chars_read += len(out)
+        return out
+
+    def finish(self) -> str:
+        return self.read()
+
+    def close(self) -> None:
+        self.closed = True
 
 
 class RawLogJobs(FakeJobs):

@@ -118,7 +118,13 @@ def test_success_records_result_cost_and_tears_down(store, clock):
     # the log is kept, every line once; plain lines went to the display
     assert job_log_path(job_id).read_text() == client.text
     assert display.logs == ["installing packages", "epoch 1 starting", "bye"]
-    assert "SUCCEEDED" in display.messages[-1] and "0.9300" in display.messages[-1]
+    # one result line (printed by the command), with the names the job reported; none on the display
+    from orchestrator.cli.render.summary import offer_name, result_line
+
+    line = result_line(store, job_id)
+    assert line.startswith(f"{job_id} SUCCEEDED on {offer_name(chosen.offer, chosen.spot)} in ")
+    assert line.endswith(f"${row['actual_cost']:.4f}: accuracy=0.93 loss=0.2")
+    assert not [m for m in display.messages if "SUCCEEDED" in m]
     crow = store.get_cluster(request.cluster_id)
     assert crow["price_per_hour"] == pytest.approx(price(chosen)) and crow["zone"] == f"{chosen.offer.region}-a"
     assert_nothing_left(store, job_id, aws)

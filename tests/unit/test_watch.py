@@ -72,25 +72,45 @@ def test_metric_lines_update_the_view_and_events(tmp_path):
     # everything that is not a metric/result line goes to the display, once and in order
     assert h.display.logs == ["Loading data", "DLRUN_METRIC {not json", "DLRUN_METRIC [1, 2]", "done"]
     assert log.read_text() == h.jobs.text  # the whole log, each byte once
-    assert h.jobs.polls == 6 and h.jobs.logs_calls == 6 and len(h.sleeps) == 5 and set(h.sleeps) == {0.5}
+    # followed with one tail, each character read once, never the whole log again
+    assert h.jobs.tails == 1 and h.jobs.chars_read == len(h.jobs.text) and h.jobs.logs_calls == 0
+    # status polls start at 0.1 s and slow down to poll_s (0.5) over 20 s of the fake clock
+    assert h.jobs.polls == 6 and h.sleeps == pytest.approx([0.1, 0.3, 0.5, 0.5, 0.5])
 
 
-def test_log_restart_is_read_from_the_start_and_log_errors_are_ignored(tmp_path):
+def test_log_errors_lose_nothing(tmp_path):
     log = tmp_path / "job.log"
 
     def on_status(jobs, poll):
-        if poll == 3:
+        if poll == 2:
             jobs.logs_error = RuntimeError("dashboard 503")
         if poll == 4:
             jobs.logs_error = None
-            jobs.text = "second run\n"  # the log was replaced by a shorter one
 
-    h = Harness([("RUNNING", "first run\nline two"), "RUNNING", "RUNNING", "RUNNING", "SUCCEEDED"],
-                log_path=log, on_status=on_status)
+    h = Harness([("RUNNING", "first run\nline two"), ("RUNNING", "three"), ("RUNNING", "four"), "RUNNING",
+                 "SUCCEEDED"], log_path=log, on_status=on_status)
 
     assert h.run().kind == "SUCCEEDED"
-    assert h.display.logs == ["first run", "line two", "second run"]
-    assert log.read_text() == "first run\nline two\nsecond run\n"
+    assert h.display.logs == ["first run", "line two", "three", "four"]
+    assert log.read_text() == "first run\nline two\nthree\nfour\n"
+
+
+def test_ray_own_lines_stay_in_the_log_file_and_out_of_the_display(tmp_path):
+    log = tmp_path / "job.log"
+    ray_lines = ("2026-11-23 15:55:27,074\tINFO job_manager.py:581 -- Runtime env is setting up.\n"
+                 "Running entrypoint for job dlrun-j-1-1: python -c \"print('hello')\"\n")
+    h = Harness([("RUNNING", ray_lines + "hello"), "SUCCEEDED"], log_path=log)
+
+    h.run()
+
+    assert h.display.logs == ["hello"]
+    assert log.read_text() == ray_lines + "hello\n"
+
+
+def test_the_end_is_polled_fast_once_the_result_arrived():
+    h = Harness([("RUNNING", result(accuracy=0.5)), "RUNNING", "SUCCEEDED"], dt=100)
+    assert h.run().result == {"accuracy": 0.5}
+    assert h.sleeps == [0.05, 0.05]
 
 
 def test_a_metric_line_split_across_polls_is_not_lost():

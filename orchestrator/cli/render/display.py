@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from orchestrator.cli.render.summary import fmt_value, reported
+
+ENDED_PHASES = ("succeeded", "failed", "cancelled", "budget_exceeded")
 
 
 @dataclass
@@ -21,6 +26,7 @@ class JobView:
     max_cost: float | None = None
     started: float = field(default_factory=time.time)
     log_tail: list[str] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)  # the job's last reported values, by the names it used
 
 
 class PlainDisplay:
@@ -45,12 +51,15 @@ class PlainDisplay:
         elapsed = time.time() - view.started
         if view.phase != self._last_phase:
             self._last_phase = view.phase
-            self._say(f"[dlrun] {view.job_id} {view.phase} {view.backend} ({elapsed:.0f}s)")
+            if view.phase not in ENDED_PHASES:  # how it ended is the result line's to say, once
+                where = f" on {view.backend}" if view.backend else ""
+                self._say(f"[dlrun] {view.job_id} {view.phase}{where} ({elapsed:.0f}s)")
         if view.epoch != self._last_epoch and view.epochs:
             self._last_epoch = view.epoch
-            cost = f" ${view.accrued:.4f}" + (f"/{view.max_cost:g}" if view.max_cost else "")
-            acc = f" acc {view.accuracy:.3f}" if view.accuracy is not None else ""
-            self._say(f"[dlrun] epoch {view.epoch}/{view.epochs}{acc}{cost} ({elapsed:.0f}s)")
+            cost = f" ${view.accrued:.4f}" + (f" of ${view.max_cost:g}" if view.max_cost else "")
+            values = reported(view.metrics)
+            self._say(f"[dlrun] epoch {view.epoch}/{view.epochs}{' ' + values if values else ''}{cost} "
+                      f"({elapsed:.0f}s)")
 
     def log(self, line: str) -> None:
         if not self.quiet_logs:
@@ -83,6 +92,7 @@ class RichDisplay(PlainDisplay):
 
         self.console = Console(file=self.stream)
         self.tail = tail
+        self._closed = False
         self.view = JobView()
         self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
@@ -91,27 +101,24 @@ class RichDisplay(PlainDisplay):
         from rich.panel import Panel
         from rich.progress_bar import ProgressBar
         from rich.table import Table
+        from rich.text import Text
 
         v = self.view
         grid = Table.grid(padding=(0, 2))
         elapsed = time.time() - v.started
-        grid.add_row("phase", f"[bold]{v.phase}[/] {v.backend}", "elapsed", f"{elapsed:.0f} s")
+        where = f" on {v.backend}" if v.backend else ""
+        grid.add_row("phase", f"[bold]{v.phase}[/]{where}", "elapsed", f"{elapsed:.0f} s")
         if v.epochs:
             bar = ProgressBar(total=v.epochs, completed=v.epoch, width=30)
             grid.add_row("epoch", f"{v.epoch}/{v.epochs}", "", bar)
-        metrics = []
-        if v.loss is not None:
-            metrics.append(f"loss {v.loss:.4f}")
-        if v.accuracy is not None:
-            metrics.append(f"acc {v.accuracy:.3f}")
-        if v.samples_per_s:
-            metrics.append(f"{v.samples_per_s:,.0f} samples/s")
+        # the values the job reported, under its own names
+        metrics = [f"{k} {fmt_value(x)}" for k, x in v.metrics.items() if isinstance(x, (int, float))]
         if metrics:
             grid.add_row("metrics", "  ".join(metrics), "", "")
         budget = f"${v.accrued:.4f}" + (f" of ${v.max_cost:g}" if v.max_cost else "")
         grid.add_row("cost", budget, "", "")
         for line in v.log_tail[-self.tail:]:
-            grid.add_row("", f"[dim]{line[:110]}[/]", "", "")
+            grid.add_row("", Text(line[:110], style="dim"), "", "")  # a log line is text, never markup
         return Panel(grid, title=f"dlrun {v.name} {v.job_id}", expand=False)
 
     def update(self, view: JobView) -> None:
@@ -123,7 +130,7 @@ class RichDisplay(PlainDisplay):
         del self.view.log_tail[:-self.tail]
 
     def message(self, text: str) -> None:
-        self.live.console.print(f"[dlrun] {text}")
+        self.live.console.print(f"[dlrun] {text}", markup=False, highlight=False)
 
     def confirm_cancel(self) -> bool:
         self.live.stop()
@@ -133,8 +140,27 @@ class RichDisplay(PlainDisplay):
             self.live.start()
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         self.live.update(self._render())
         self.live.stop()
+
+
+@contextmanager
+def profiling_notice(model: str, stream=None):
+    """Says that the model is being profiled (seconds, once per workload): a spinner on a terminal,
+    one line otherwise."""
+    stream = stream or sys.stderr
+    text = f"profiling {model} on this CPU… (once: the next plan reuses it)"
+    if getattr(stream, "isatty", lambda: False)():
+        from rich.console import Console
+
+        with Console(file=stream).status(text, spinner="dots"):
+            yield
+    else:
+        print(f"[dlrun] {text}", file=stream, flush=True)
+        yield
 
 
 def make_display(stream=None):

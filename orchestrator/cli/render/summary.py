@@ -1,0 +1,123 @@
+"""A job in words: its backend as a person names it, the one line that says how it ended, and the
+values the job reported under the names it used."""
+from __future__ import annotations
+
+import json
+
+ENDED_PHRASE = {"SUCCEEDED": "in", "FAILED": "after", "CANCELLED": "after", "BUDGET_EXCEEDED": "after"}
+
+
+def console():
+    """A rich Console for tables: the terminal's width, or room for a whole row when piped/captured."""
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=200)
+
+
+def backend_name(cloud: str, region: str | None, instance_type: str | None, accelerator: str | None,
+                 count: int | None = 1, spot: bool = False) -> str:
+    """`local CPU`, `local 2×A100`, `aws us-east-1 g4dn.xlarge T4 spot`, `gcp us-central1 n2-standard-4 CPU`."""
+    gpu = accelerator if accelerator and accelerator != "CPU" else "CPU"
+    if gpu != "CPU" and (count or 1) > 1:
+        gpu = f"{count}×{gpu}"
+    if cloud == "local":
+        return f"local {gpu}"
+    parts = [cloud, region or "", instance_type or "", gpu, "spot" if spot else ""]
+    return " ".join(p for p in parts if p)
+
+
+def offer_name(offer, spot: bool = False) -> str:
+    return backend_name(offer.cloud, offer.region, offer.instance_type, offer.accelerator,
+                        offer.accelerator_count, spot)
+
+
+def job_backend_name(store, row) -> str:
+    if not row["backend"]:
+        return "no backend yet"
+    cluster = store.get_cluster(row["cluster_id"]) if row["cluster_id"] else None
+    return backend_name(row["backend"], cluster["region"] if cluster else None, row["instance_type"],
+                        row["accelerator"], row["accelerator_count"], bool(row["spot"]))
+
+
+def fmt_value(v) -> str:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return json.dumps(v) if not isinstance(v, str) else v
+    if isinstance(v, int):
+        return str(v)
+    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def reported(values: dict, skip: tuple[str, ...] = ()) -> str:
+    """`accuracy=0.9722 loss=0.0911`: the numbers the job reported, under its own names, in its order."""
+    return " ".join(f"{k}={fmt_value(v)}" for k, v in values.items()
+                    if k not in skip and isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 90:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def iso_time(ts: float | None) -> str | None:
+    """ISO 8601 in this machine's zone with its UTC offset (2026-11-24T02:00:00+01:00); None for None."""
+    if ts is None:
+        return None
+    from datetime import datetime
+
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
+def _last_status_detail(store, job_id: str) -> str:
+    """Why the job has its current status (the detail of its last status change)."""
+    changes = [e for e in store.events(job_id) if e["kind"] == "status"]
+    return (changes[-1]["detail"] or "") if changes else ""
+
+
+def teardown_note(store, row) -> str:
+    """What was stopped and torn down for an ended job, and whether anything is left running."""
+    from infra import capabilities
+
+    said = []
+    if row["ray_submission_id"]:
+        said.append(f"Ray job {row['ray_submission_id']} stopped")
+    left = []
+    for c in store.job_clusters(row["id"]):
+        remote = capabilities(c["provider"]).remote
+        if c["state"] == "terminated":
+            if remote:
+                said.append(f"cluster {c['id']} terminated")
+        elif remote:
+            left.append(f"cluster {c['id']} is still {c['state']} (`dlrun down {c['id']}` removes it)")
+    if left:
+        return "; ".join(said + left)
+    local = row["backend"] == "local"
+    tail = "nothing is left running" + (" (the local Ray head stays up for its dashboard; `dlrun down` "
+                                        "stops it)" if local else "")
+    return "; ".join(said + [tail])
+
+
+def result_line(store, job_id: str) -> str:
+    """`j-… SUCCEEDED on local CPU in 14 s, $0.0000: accuracy=0.9722 loss=0.0911` (what the job reported,
+    by its names); for a cancelled job, why and what was stopped and torn down."""
+    row = store.get_job(job_id)
+    status = row["status"]
+    line = (f"{row['id']} {status} on {job_backend_name(store, row)} {ENDED_PHRASE.get(status, 'after')} "
+            f"{duration(row['actual_seconds'])}, ${row['actual_cost'] or 0:.4f}")
+    result = json.loads(row["metrics_json"]) if row["metrics_json"] else {}
+    if status == "SUCCEEDED" and result:
+        return f"{line}: {reported(result)}"
+    why = _last_status_detail(store, row["id"]) if status != "SUCCEEDED" else ""
+    line += f" ({why})" if why else ""
+    if status in ("CANCELLED", "BUDGET_EXCEEDED"):
+        return f"{line}: {teardown_note(store, row)}"
+    return line
