@@ -106,6 +106,10 @@ def dashboard(job_id, open_browser, metrics):
         url, ours = local_head()
         if url and not ours:
             click.echo("(a Ray head dlrun did not start; dlrun attaches to it for local jobs)", err=True)
+        elif url:
+            from infra.auth import LOCAL, token_path
+
+            click.echo(f"(the dashboard asks once for the head's token: it is in {token_path(LOCAL)})", err=True)
     if not url:
         raise UsageError("no Ray dashboard is up: no local Ray head answers; `dlrun submit` starts one")
     click.echo(url)
