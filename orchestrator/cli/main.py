@@ -194,6 +194,16 @@ def schema():
 
 def main(argv=None) -> None:
     try:
+        _main(argv)
+    finally:
+        if argv is None:  # the process ends here: skip its last full garbage collection (a quarter of a
+            import gc     # second over the objects of pydantic, rich and the like); nothing needs it
+
+            gc.freeze()
+
+
+def _main(argv=None) -> None:
+    try:
         cli.main(args=argv, standalone_mode=False)
     except DlrunError as e:
         click.echo(f"dlrun: error: {e.message}", err=True)
