@@ -11,7 +11,6 @@ import time
 
 import click
 
-from infra import BACKEND_NAMES
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, DlrunError
 
 # commands living in their own modules, imported only when run (or asked for their own --help);
@@ -29,6 +28,24 @@ LAZY_COMMANDS = {
     "dashboard": ("orchestrator.cli.report", "dashboard",
                   "The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head)."),
 }
+
+
+class BackendChoice(click.Choice):
+    """The backend names of the registry (infra), looked up when the option is used or shown: listing
+    the commands imports nothing of infra."""
+
+    def __init__(self):
+        super().__init__(())
+
+    @property
+    def choices(self):
+        from infra import BACKEND_NAMES
+
+        return BACKEND_NAMES
+
+    @choices.setter
+    def choices(self, value):
+        pass
 
 
 class LazyGroup(click.Group):
@@ -72,7 +89,7 @@ def cli():
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @click.option("--max-cost", type=float, help="USD for the whole job (overrides budget.max_cost)")
 @click.option("--deadline", help="wall-clock limit, e.g. 4h (overrides budget.deadline)")
-@click.option("--backend", type=click.Choice(BACKEND_NAMES), help="only consider this backend")
+@click.option("--backend", type=BackendChoice(), help="only consider this backend")
 @click.option("--detach", is_flag=True, help="return the job id at once; a supervisor runs the job")
 def submit(job_file, max_cost, deadline, backend, detach):
     """Plan, provision, run and watch JOB_FILE; always tears down what it started."""
