@@ -225,8 +225,9 @@ def _main(argv=None) -> None:
     except DlrunError as e:
         click.echo(f"dlrun: error: {e.message}", err=True)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo("dlrun: interrupted", err=True)
+    except click.exceptions.Abort as e:  # click's form of Ctrl-C: the KeyboardInterrupt is its cause
+        why = str(e.__cause__ or "")
+        click.echo(f"dlrun: interrupted{f': {why}' if why else ''}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except KeyboardInterrupt as e:  # its message, when there is one, says what was cancelled and torn down
         click.echo(f"\ndlrun: interrupted{f': {e}' if str(e) else ''}", err=True)
