@@ -8,10 +8,12 @@ that the head does not hold yet goes through Ray's own packaging code (packages.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import quote
 
 from orchestrator.runs.packages import ray_version, resolve_packages  # noqa: F401  (ray_version: one home)
@@ -49,12 +51,25 @@ class JobInfo:
 
 
 def _default_headers(address: str) -> dict[str, str]:
-    """The bearer token of dlrun's own local head at `address`, where dlrun keeps one (infra.auth)."""
+    """The bearer token for `address`: dlrun's own local head's (infra.auth, where dlrun keeps one), else
+    the one Ray's clients would send (RAY_AUTH_MODE=token: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
+    ~/.ray/auth_token)."""
     try:
         from infra.auth import local_head_headers
     except ImportError:
-        return {}
-    return local_head_headers(address)
+        headers = {}
+    else:
+        headers = local_head_headers(address)
+    if headers or os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        return headers
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    if not token:
+        path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+        try:
+            token = path.read_text().strip()
+        except OSError:
+            token = None
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _append_line(job_id: str):
@@ -96,8 +111,9 @@ class RayJobs:
             if status in ok:
                 return status, text.encode()
             if status in (401, 403):
-                raise JobsApiError(f"the Ray head at {self.address} refused dlrun's token ({status}): {text[:200]}",
-                                   status) from None
+                had = "its token was refused" if "Authorization" in self.headers else \
+                    "it wants a token (RAY_AUTH_MODE=token with RAY_AUTH_TOKEN)"
+                raise JobsApiError(f"the Ray head at {self.address} answered {status}: {had}", status) from None
             raise JobsApiError(f"Ray Jobs API {method} {path}: {status} {text[:500]}", status) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
