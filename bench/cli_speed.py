@@ -11,9 +11,9 @@
     entrypoint and runtime_env; the three alternate, medians are compared; goal: dlrun <= 1.3x the SDK.
     dlrun's time is broken down from its store: start+plan, submit, Ray (to Ray's end time), end.
 (3) A job printing N lines followed to its end, at N/4, N/2 and N lines, by dlrun's watcher (display to
-    /dev/null): with Ray's websocket tail (each character once) against re-reading the whole log at
-    every 0.5 s poll (what dlrun did before). Characters read per character of log, and CPU time per
-    1,000 lines: flat means linear in the log's length.
+    /dev/null, the same status polls): with Ray's websocket tail (each character once) against
+    re-reading the whole log at every poll (what dlrun did before). Characters read per character of
+    log, and CPU time per 1,000 lines: flat means linear in the log's length.
 
 dlrun's modules are byte-compiled first (as pip does at install). A Ray head is started here (its own
 process group, a temporary $DLRUN_HOME) and stopped in `finally`. One untimed job runs first (the head
@@ -168,22 +168,18 @@ class RereadTail:
 
 
 def follow(jobs, sid: str, reread: bool) -> dict:
-    """dlrun's watcher on the job to its end (display to /dev/null); reread: with the old transport,
-    polled every 0.5 s as before."""
+    """dlrun's watcher on the job to its end (display to /dev/null, the same status polls either way);
+    reread: with the old log transport."""
     from orchestrator.cli.render.display import JobView, PlainDisplay
     from orchestrator.cost import CostMeter
-    from orchestrator.runs import watch
+    from orchestrator.runs.watch import Watcher
 
-    first = watch.FIRST_POLL_S
     with open(os.devnull, "w") as null:
-        w = watch.Watcher(jobs=jobs, submission_id=sid, view=JobView(), display=PlainDisplay(null),
-                          meter=CostMeter(0.0, 0.0, time.time()))
+        w = Watcher(jobs=jobs, submission_id=sid, view=JobView(), display=PlainDisplay(null),
+                    meter=CostMeter(0.0, 0.0, time.time()))
         if reread:
-            w._tail, watch.FIRST_POLL_S = RereadTail(jobs, sid), w.poll_s
-        try:
-            out = w.run()
-        finally:
-            watch.FIRST_POLL_S = first
+            w._tail = RereadTail(jobs, sid)
+        out = w.run()
     assert out.kind == "SUCCEEDED", out
     return {"read": w._tail.read_chars if reread else w._tail._received, "whole_reads": w._tail.whole_reads}
 
