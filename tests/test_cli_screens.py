@@ -265,3 +265,16 @@ def test_an_interrupted_submit_says_what_it_cancelled(capsys, tmp_path, monkeypa
     assert re.fullmatch(r"dlrun: interrupted: j-\S+ CANCELLED on local CPU after 2\.0 s, \$0\.0000 \(interrupted "
                         r"with Ctrl-C\): nothing is left running \(the local Ray head stays up for its dashboard; "
                         r"`dlrun down` stops it\)", line), line
+
+
+def test_the_first_plan_of_a_workload_says_it_is_profiling_the_model(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("DLRUN_LOCAL_GPUS", "none")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: tiny\njob: cnn\nresources:\n  clouds: [local]\nworkload:\n"
+                   "  model: tests.test_profile:TinyCNN\n  input_shape: [1, 8, 8]\n  batch_size: 32\n"
+                   "  dataset_size: 320\n  epochs: 2\n")
+    first = dlrun(capsys, "plan", str(job), "--json")
+    again = dlrun(capsys, "plan", str(job), "--json")
+    assert first[0] == 0 and json.loads(first[1])["chosen"]
+    assert first[2] == "[dlrun] profiling TinyCNN on this CPU… (once: the next plan reuses it)\n"
+    assert again[2] == ""  # measured once, then reused
