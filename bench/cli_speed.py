@@ -10,12 +10,14 @@
     every 0.1 s) and against `ray job submit` (a process, which follows the log to its end). Same
     entrypoint and runtime_env; the three alternate, medians are compared; goal: dlrun <= 1.3x the SDK.
     dlrun's time is broken down from its store: start+plan, submit, Ray (to Ray's end time), end.
-(3) A job printing N lines followed to its end, at N/4, N/2 and N lines: dlrun's watcher (Ray's
-    websocket tail, each character once) against re-reading the whole log at every poll (what dlrun
-    did before). Characters read per character of log and CPU time per 1,000 lines: flat = linear.
+(3) A job printing N lines followed to its end, at N/4, N/2 and N lines, by dlrun's watcher (display to
+    /dev/null, the same status polls): with Ray's websocket tail (each character once) against
+    re-reading the whole log at every poll (what dlrun did before). Characters read per character of
+    log, and CPU time per 1,000 lines: flat means linear in the log's length.
 
-A Ray head is started here (its own process group, a temporary $DLRUN_HOME) and stopped in `finally`.
-One untimed job runs first (the head builds its worker pool and the packages once).
+dlrun's modules are byte-compiled first (as pip does at install). A Ray head is started here (its own
+process group, a temporary $DLRUN_HOME) and stopped in `finally`. One untimed job runs first (the head
+builds its worker pool), and one untimed dlrun submit (it builds and uploads its packages once).
 """
 from __future__ import annotations
 
@@ -146,7 +148,28 @@ sys.stdout.flush()
 """
 
 
-def follow_with_tail(jobs, sid: str) -> dict:
+class RereadTail:
+    """The log transport dlrun had before: the whole log at every poll, the new part cut from its end."""
+
+    def __init__(self, jobs, sid: str):
+        self.jobs, self.sid, self.seen, self.read_chars, self.whole_reads = jobs, sid, 0, 0, 0
+
+    def read(self) -> str:
+        text = self.jobs.logs(self.sid)
+        self.read_chars += len(text)
+        self.whole_reads += 1
+        new, self.seen = text[self.seen:], len(text)
+        return new
+
+    finish = read
+
+    def close(self) -> None:
+        pass
+
+
+def follow(jobs, sid: str, reread: bool) -> dict:
+    """dlrun's watcher on the job to its end (display to /dev/null, the same status polls either way);
+    reread: with the old log transport."""
     from orchestrator.cli.render.display import JobView, PlainDisplay
     from orchestrator.cost import CostMeter
     from orchestrator.runs.watch import Watcher
@@ -154,26 +177,11 @@ def follow_with_tail(jobs, sid: str) -> dict:
     with open(os.devnull, "w") as null:
         w = Watcher(jobs=jobs, submission_id=sid, view=JobView(), display=PlainDisplay(null),
                     meter=CostMeter(0.0, 0.0, time.time()))
+        if reread:
+            w._tail = RereadTail(jobs, sid)
         out = w.run()
     assert out.kind == "SUCCEEDED", out
-    return {"read": w._tail._received, "whole_reads": w._tail.whole_reads}
-
-
-def follow_by_rereading(jobs, sid: str, poll_s: float = 0.5) -> dict:
-    """dlrun before: the whole log at every poll, the new part taken from its end."""
-    from jobs.metrics import parse_line
-
-    read, seen = 0, 0
-    while True:
-        status = jobs.status(sid)
-        text = jobs.logs(sid)
-        read += len(text)
-        for line in text[seen:text.rfind("\n") + 1].splitlines():
-            parse_line(line)
-        seen = text.rfind("\n") + 1
-        if status in TERMINAL:
-            return {"read": read, "whole_reads": None}
-        time.sleep(poll_s)
+    return {"read": w._tail.read_chars if reread else w._tail._received, "whole_reads": w._tail.whole_reads}
 
 
 def bench_follow(address: str, home: Path, lines: int) -> None:
@@ -189,11 +197,11 @@ def bench_follow(address: str, home: Path, lines: int) -> None:
     per_line = {}
     for n in (lines // 4, lines // 2, lines):
         row = []
-        for how, follow in (("tail", follow_with_tail), ("reread", follow_by_rereading)):
+        for how in ("tail", "reread"):
             sid = jobs.submit(entrypoint=f"python lines.py {n} {rate}", submission_id=f"bench-{how}-{n}-{os.getpid()}",
                               runtime_env={"working_dir": str(wd)}, metadata={}, log=lambda line: None)
             cpu0 = time.process_time()
-            got = follow(jobs, sid)
+            got = follow(jobs, sid, reread=how == "reread")
             cpu = time.process_time() - cpu0
             size = len(jobs.logs(sid))
             row.append((got["read"] / size, cpu * 1000 / (n / 1000)))
@@ -212,6 +220,12 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: help,submit,follow")
     args = ap.parse_args()
     skip = set(args.skip.split(","))
+    # byte-compiled first, as `pip install` does: an interpreter run with PYTHONDONTWRITEBYTECODE (as in
+    # a development shell) would otherwise compile dlrun's sources on every start
+    import compileall
+
+    for pkg in ("orchestrator", "infra", "jobs", "configs"):
+        compileall.compile_dir(str(ROOT / pkg), quiet=1)
     if "help" not in skip:
         bench_help(args.repeat)
     if skip >= {"submit", "follow"}:

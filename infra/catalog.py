@@ -71,8 +71,19 @@ class Offer:
 
     @property
     def label(self) -> str:
-        gpu = f"{self.accelerator}:{self.accelerator_count}" if self.accelerator else "CPU"
-        return f"{self.cloud} {self.region} {self.instance_type} ({gpu})"
+        """The offer as a person names it: `local CPU`, `aws us-east-1 g4dn.xlarge T4`."""
+        return backend_name(self.cloud, self.region, self.instance_type, self.accelerator, self.accelerator_count)
+
+
+def backend_name(cloud: str, region: str | None, instance_type: str | None, accelerator: str | None,
+                 count: int | None = 1, spot: bool = False) -> str:
+    """`local CPU`, `local 2×A100`, `aws us-east-1 g4dn.xlarge T4 spot`, `gcp us-central1 n2-standard-4 CPU`."""
+    gpu = accelerator if accelerator and accelerator != "CPU" else "CPU"
+    if gpu != "CPU" and (count or 1) > 1:
+        gpu = f"{count}×{gpu}"
+    if cloud == "local":
+        return f"local {gpu}"
+    return " ".join(p for p in (cloud, region, instance_type, gpu, "spot" if spot else "") if p)
 
 
 def _f(v: str) -> float | None:

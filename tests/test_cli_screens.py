@@ -236,3 +236,45 @@ def test_down_and_dashboard_without_any_head(capsys, monkeypatch):
     assert code == 0 and out.startswith("nothing to stop: no local Ray head dlrun started is running")
     code, out, err = dlrun(capsys, "dashboard")
     assert code == 2 and err.startswith("dlrun: error: no Ray dashboard is up")
+
+
+# --- Ctrl-C outside the watch (while launching, say) ----------------------------------------------------------
+
+def test_an_interrupted_submit_says_what_it_cancelled(capsys, tmp_path, monkeypatch):
+    import os
+
+    from orchestrator.runs import executor
+
+    job = tmp_path / "job.yaml"
+    job.write_text("name: quick\nrun: python -c pass\nresources:\n  clouds: [local]\n")
+
+    def interrupted(spec, **kw):  # as execute leaves it: the job recorded CANCELLED, time kept, then re-raised
+        store = default_store()
+        job_id = store.create_job(name=spec.name, spec_hash="h", spec_json="{}", supervisor_pid=os.getpid())
+        store.record_cluster(f"c-{job_id}", provider="local", job_id=job_id, state="terminated")
+        store.update_job(job_id, backend="local", instance_type="cpu", accelerator="CPU", accelerator_count=0,
+                         spot=0, cluster_id=f"c-{job_id}")
+        store.set_status(job_id, "CANCELLED", "interrupted with Ctrl-C", actual_seconds=2.0)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(executor, "submit", interrupted)
+    code, out, err = dlrun(capsys, "submit", str(job), "--backend", "local")
+
+    assert code == 130 and out == ""
+    (line,) = err.strip().splitlines()
+    assert re.fullmatch(r"dlrun: interrupted: j-\S+ CANCELLED on local CPU after 2\.0 s, \$0\.0000 \(interrupted "
+                        r"with Ctrl-C\): nothing is left running \(the local Ray head stays up for its dashboard; "
+                        r"`dlrun down` stops it\)", line), line
+
+
+def test_the_first_plan_of_a_workload_says_it_is_profiling_the_model(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("DLRUN_LOCAL_GPUS", "none")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: tiny\njob: cnn\nresources:\n  clouds: [local]\nworkload:\n"
+                   "  model: tests.test_profile:TinyCNN\n  input_shape: [1, 8, 8]\n  batch_size: 32\n"
+                   "  dataset_size: 320\n  epochs: 2\n")
+    first = dlrun(capsys, "plan", str(job), "--json")
+    again = dlrun(capsys, "plan", str(job), "--json")
+    assert first[0] == 0 and json.loads(first[1])["chosen"]
+    assert first[2] == "[dlrun] profiling TinyCNN on this CPU… (once: the next plan reuses it)\n"
+    assert again[2] == ""  # measured once, then reused

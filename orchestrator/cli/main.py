@@ -11,7 +11,6 @@ import time
 
 import click
 
-from infra import BACKEND_NAMES
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, DlrunError, UsageError
 
 # commands living in their own modules, imported only when run (or asked for their own --help);
@@ -29,6 +28,24 @@ LAZY_COMMANDS = {
     "dashboard": ("orchestrator.cli.report", "dashboard",
                   "The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head)."),
 }
+
+
+class BackendChoice(click.Choice):
+    """The backend names of the registry (infra), looked up when the option is used or shown: listing
+    the commands imports nothing of infra."""
+
+    def __init__(self):
+        super().__init__(())
+
+    @property
+    def choices(self):
+        from infra import BACKEND_NAMES
+
+        return BACKEND_NAMES
+
+    @choices.setter
+    def choices(self, value):
+        pass
 
 
 class LazyGroup(click.Group):
@@ -72,7 +89,7 @@ def cli():
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @click.option("--max-cost", type=float, help="USD for the whole job (overrides budget.max_cost)")
 @click.option("--deadline", help="wall-clock limit, e.g. 4h (overrides budget.deadline)")
-@click.option("--backend", type=click.Choice(BACKEND_NAMES), help="only consider this backend")
+@click.option("--backend", type=BackendChoice(), help="only consider this backend")
 @click.option("--detach", is_flag=True, help="return the job id at once; a supervisor runs the job")
 def submit(job_file, max_cost, deadline, backend, detach):
     """Plan, provision, run and watch JOB_FILE; always tears down what it started."""
@@ -204,12 +221,23 @@ def schema():
 
 def main(argv=None) -> None:
     try:
+        _main(argv)
+    finally:
+        if argv is None:  # the process ends here: skip its last full garbage collection (a quarter of a
+            import gc     # second over the objects of pydantic, rich and the like); nothing needs it
+
+            gc.freeze()
+
+
+def _main(argv=None) -> None:
+    try:
         cli.main(args=argv, standalone_mode=False)
     except DlrunError as e:
         click.echo(f"dlrun: error: {e.message}", err=True)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo("dlrun: interrupted", err=True)
+    except click.exceptions.Abort as e:  # click's form of Ctrl-C: the KeyboardInterrupt is its cause
+        why = str(e.__cause__ or "")
+        click.echo(f"dlrun: interrupted{f': {why}' if why else ''}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except KeyboardInterrupt as e:  # its message, when there is one, says what was cancelled and torn down
         click.echo(f"\ndlrun: interrupted{f': {e}' if str(e) else ''}", err=True)

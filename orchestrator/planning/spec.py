@@ -252,8 +252,13 @@ def _model_for(loc: tuple) -> type[BaseModel] | None:
 
 
 def _clean_loc(err: dict) -> tuple:
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p[:1].isupper() or "[" in p)))
-    return tuple(p for p in loc if p not in ("str", "float", "int", "dict[str,int]", "function-after"))
+    """The field path of an error, without the tags pydantic adds for union branches (type and model
+    names); the unknown key of an 'extra' error is the user's own and always kept."""
+    raw = tuple(err["loc"])
+    own = raw[-1:] if err["type"] == "extra_forbidden" else ()
+    body = raw[:len(raw) - len(own)]
+    loc = tuple(p for p in body if not (isinstance(p, str) and (p[:1].isupper() or "[" in p)))
+    return tuple(p for p in loc if p not in ("str", "float", "int", "dict[str,int]", "function-after")) + own
 
 
 def _typos_first(errs: list[dict]) -> list[dict]:

@@ -44,6 +44,17 @@ def _recv_exact(sock, n: int, stop: threading.Event | None) -> bytes:
     return bytes(buf)
 
 
+def _recv_some(sock) -> bytes:
+    """Whatever else is already there (without waiting), so that frames are parsed from big reads."""
+    try:
+        sock.setblocking(False)
+        return sock.recv(1 << 16)
+    except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+        return b""
+    finally:
+        sock.settimeout(0.5)
+
+
 def _send_frame(sock, opcode: int, payload: bytes = b"") -> None:
     """A client frame: FIN, opcode, masked payload (RFC 6455 5.3: a client masks every frame)."""
     mask = os.urandom(4)
@@ -78,14 +89,18 @@ def websocket_text(url: str, headers: dict[str, str], *, timeout: float = 30.0,
         if " 101 " not in status + " ":
             raise WebSocketError(f"no websocket at {u.path}: {status} {rest[:200].decode(errors='replace')}")
         sock.settimeout(0.5)  # so that a stop request is noticed
-        pending = bytearray(rest)
+        buf, pos = bytearray(rest), 0  # received bytes and how far they were parsed (no copy per frame)
         message = bytearray()
 
         def take(n: int) -> bytes:
-            nonlocal pending
-            if len(pending) < n:
-                pending += _recv_exact(sock, n - len(pending), stop)
-            out, pending = bytes(pending[:n]), pending[n:]
+            nonlocal buf, pos
+            if len(buf) - pos < n:
+                del buf[:pos]
+                pos = 0
+                while len(buf) < n:
+                    buf += _recv_exact(sock, 1, stop) + _recv_some(sock)
+            out = bytes(buf[pos:pos + n])
+            pos += n
             return out
 
         while True:

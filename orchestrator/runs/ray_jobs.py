@@ -8,13 +8,15 @@ that the head does not hold yet goes through Ray's own packaging code (packages.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import quote
 
-from orchestrator.runs.packages import ray_version, resolve_packages  # noqa: F401  (ray_version: one home)
+from orchestrator.runs.packages import ray_version, resolve_packages  # noqa: F401  (ray_version: one home)  # noqa: F401  (re-exported)
 
 TERMINAL_RAY_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 
@@ -49,22 +51,25 @@ class JobInfo:
 
 
 def _default_headers(address: str) -> dict[str, str]:
-    """The bearer token for `address`: dlrun's own local head's, else Ray's own client settings for
-    a head dlrun did not start (RAY_AUTH_MODE=token with RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)."""
-    import os
-    from pathlib import Path
-
-    from infra.auth import bearer
-    from infra.local.head import local_head_headers
-
-    mine = local_head_headers(address)
-    if mine or os.environ.get("RAY_AUTH_MODE") != "token":
-        return mine
+    """The bearer token for `address`: dlrun's own local head's (infra.auth, where dlrun keeps one), else
+    the one Ray's clients would send (RAY_AUTH_MODE=token: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
+    ~/.ray/auth_token)."""
+    try:
+        from infra.local.head import local_head_headers
+    except ImportError:
+        headers = {}
+    else:
+        headers = local_head_headers(address)
+    if headers or os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        return headers
     token = os.environ.get("RAY_AUTH_TOKEN")
     if not token:
         path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
-        token = path.read_text().strip() if path.is_file() else None
-    return bearer(token)
+        try:
+            token = path.read_text().strip()
+        except OSError:
+            token = None
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _append_line(job_id: str):
@@ -86,7 +91,7 @@ class RayJobs:
 
     def __init__(self, address: str, headers: dict[str, str] | None = None, timeout: float = 30.0):
         self.address = address.rstrip("/")
-        self.headers = dict(_default_headers(self.address) if headers is None else headers)
+        self.headers = dict(headers or _default_headers(self.address))  # none given: the token Ray would send
         self.timeout = timeout
         self._ended: dict[str, JobInfo] = {}  # a job's info once it is terminal (it no longer changes)
 
@@ -106,8 +111,9 @@ class RayJobs:
             if status in ok:
                 return status, text.encode()
             if status in (401, 403):
-                raise JobsApiError(f"the Ray head at {self.address} refused dlrun's token ({status}): {text[:200]}",
-                                   status) from None
+                had = "its token was refused" if "Authorization" in self.headers else \
+                    "it wants a token (RAY_AUTH_MODE=token with RAY_AUTH_TOKEN)"
+                raise JobsApiError(f"the Ray head at {self.address} answered {status}: {had}", status) from None
             raise JobsApiError(f"Ray Jobs API {method} {path}: {status} {text[:500]}", status) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)

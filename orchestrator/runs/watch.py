@@ -1,9 +1,9 @@
 """The watch loop of one attempt: Ray job status, log tail and metrics, node state, accrued cost.
 
 The log is followed incrementally (the Jobs client's tail(): each character read once) and only
-whole lines are interpreted. Status is polled every 0.1 s at first, then less often up to poll_s,
-and every FAST_POLL_S once the job printed its result or its log stream ended: a short job's end
-is seen within a tenth of a second or so.
+whole lines are interpreted. Status is polled every 0.1 s for the first 10 s, then less often up to
+poll_s, and every FAST_POLL_S once the job printed its result or its log stream ended: a short job's
+end is seen within a tenth of a second or so.
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from orchestrator.cost import CostMeter
 
 HEAD_FAILURES_BEFORE_CHECK = 10  # failed status polls in a row before the cloud is asked about the nodes
 HEAD_LOST_AFTER_S = 600.0  # a head unreachable this long while its instances run is lost
-FIRST_POLL_S = 0.1  # status polls start this often and slow down to poll_s over RAMP_S seconds
-RAMP_S = 20.0
+FIRST_POLL_S = 0.1  # status polls: this often for the first FAST_S seconds (a short job's end is seen
+FAST_S = 10.0       # within a tenth of a second), then slower and slower, up to poll_s at RAMP_S
+RAMP_S = 60.0
 FAST_POLL_S = 0.05  # once the end is near (the result line arrived, the log stream closed) ...
 END_NEAR_S = 10.0  # ... for this long at most
 # Ray's own lines in a job's log: its job manager's messages and the entrypoint it runs. They stay
@@ -66,6 +67,8 @@ class Watcher:
     _started: float | None = None
 
     def _consume_logs(self, final: bool = False) -> None:
+        """What the log says since the last poll. The tail is opened once the job runs (or ended): the
+        head's work to follow a log is not added to its work of starting the job."""
         try:
             if self._tail is None:
                 self._tail = self.jobs.tail(self.submission_id)
@@ -136,7 +139,8 @@ class Watcher:
     def _interval(self, now: float) -> float:
         if self._end_near is not None and now - self._end_near < END_NEAR_S:
             return min(self.poll_s, FAST_POLL_S)
-        ramp = FIRST_POLL_S + (self.poll_s - FIRST_POLL_S) * (now - self._started) / RAMP_S
+        elapsed = max(0.0, now - self._started - FAST_S)
+        ramp = FIRST_POLL_S + (self.poll_s - FIRST_POLL_S) * elapsed / (RAMP_S - FAST_S)
         return max(min(self.poll_s, FIRST_POLL_S), min(self.poll_s, ramp))
 
     def run(self) -> Outcome:
@@ -181,7 +185,8 @@ class Watcher:
                 self.on_event("ray_status", {"status": status})
                 if status == "RUNNING":
                     self.view.phase = "running"
-            self._consume_logs(final=status in TERMINAL_RAY_STATUSES)
+            if status not in (None, "PENDING") or self._tail is not None:
+                self._consume_logs(final=status in TERMINAL_RAY_STATUSES)
             self.display.update(self.view)
             if status in TERMINAL_RAY_STATUSES:
                 code = self._exit_code()

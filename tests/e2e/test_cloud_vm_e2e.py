@@ -153,7 +153,7 @@ def test_a_failed_boot_is_reported_with_its_log_and_failed_over(env, tmp_path, m
     assert "Traceback" not in r.stderr
     (job,) = [j["id"] for j in json.loads(dlrun("status", "--json", env=env).stdout)]
     failed = [e for e in status(job, env)["events"] if e["kind"] == "provision_failed"]
-    assert len(failed) == len(feasible) and all("boot log" in e["detail"] for e in failed)
+    assert len(failed) == len(feasible) and all("boot log" in json.dumps(e["detail"]) for e in failed)
     assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
 
 

@@ -255,6 +255,7 @@ class FakeJobs:
 
     def tail(self, submission_id: str) -> "FakeTail":
         self.tails += 1
+        self.tail_opened_at = self.polls
         return FakeTail(self)
 
     def stop(self, submission_id: str) -> bool:

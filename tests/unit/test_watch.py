@@ -74,8 +74,8 @@ def test_metric_lines_update_the_view_and_events(tmp_path):
     assert log.read_text() == h.jobs.text  # the whole log, each byte once
     # followed with one tail, each character read once, never the whole log again
     assert h.jobs.tails == 1 and h.jobs.chars_read == len(h.jobs.text) and h.jobs.logs_calls == 0
-    # status polls start at 0.1 s and slow down to poll_s (0.5) over 20 s of the fake clock
-    assert h.jobs.polls == 6 and h.sleeps == pytest.approx([0.1, 0.3, 0.5, 0.5, 0.5])
+    # status polls every 0.1 s for the first 10 s of the fake clock, then slower, up to poll_s (0.5) at 60 s
+    assert h.jobs.polls == 6 and h.sleeps == pytest.approx([0.1, 0.1, 0.18, 0.26, 0.34])
 
 
 def test_log_errors_lose_nothing(tmp_path):
@@ -105,6 +105,13 @@ def test_ray_own_lines_stay_in_the_log_file_and_out_of_the_display(tmp_path):
 
     assert h.display.logs == ["hello"]
     assert log.read_text() == ray_lines + "hello\n"
+
+
+def test_the_log_is_followed_from_when_the_job_runs():
+    h = Harness(["PENDING", "PENDING", ("RUNNING", "setting up\nhello"), "SUCCEEDED"])
+    h.run()
+    assert h.jobs.tails == 1 and h.jobs.tail_opened_at == 3  # not while Ray is still starting the job
+    assert h.display.logs == ["setting up", "hello"]
 
 
 def test_the_end_is_polled_fast_once_the_result_arrived():

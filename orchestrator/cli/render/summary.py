@@ -17,19 +17,14 @@ def console():
 
 def backend_name(cloud: str, region: str | None, instance_type: str | None, accelerator: str | None,
                  count: int | None = 1, spot: bool = False) -> str:
-    """`local CPU`, `local 2×A100`, `aws us-east-1 g4dn.xlarge T4 spot`, `gcp us-central1 n2-standard-4 CPU`."""
-    gpu = accelerator if accelerator and accelerator != "CPU" else "CPU"
-    if gpu != "CPU" and (count or 1) > 1:
-        gpu = f"{count}×{gpu}"
-    if cloud == "local":
-        return f"local {gpu}"
-    parts = [cloud, region or "", instance_type or "", gpu, "spot" if spot else ""]
-    return " ".join(p for p in parts if p)
+    """`local CPU`, `local 2×A100`, `aws us-east-1 g4dn.xlarge T4 spot` (one rule: infra.catalog's)."""
+    from infra.catalog import backend_name as name
+
+    return name(cloud, region, instance_type, accelerator, count, spot)
 
 
 def offer_name(offer, spot: bool = False) -> str:
-    return backend_name(offer.cloud, offer.region, offer.instance_type, offer.accelerator,
-                        offer.accelerator_count, spot)
+    return offer.label + (" spot" if spot else "")
 
 
 def job_backend_name(store, row) -> str:

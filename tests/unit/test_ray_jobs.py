@@ -1,0 +1,155 @@
+"""dlrun's Jobs API client (orchestrator/runs/ray_jobs.py, packages.py) against a fake job head over HTTP:
+the requests it sends, the packages it reuses by fingerprint instead of importing Ray's SDK, its errors."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from orchestrator.runs import packages
+from orchestrator.runs.ray_jobs import JobsApiError, RayJobs
+
+
+class FakeHead:
+    """Answers like Ray's job head: /api/jobs/ (POST), /api/jobs/{id} (GET), .../stop, /api/packages/..."""
+
+    def __init__(self):
+        self.requests: list[tuple[str, str, dict, bytes]] = []
+        self.packages: set[str] = set()
+        self.agent_ready_after = 0  # POSTs answered "No available agent" first
+        head = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self, status: int, body):
+                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _record(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                head.requests.append((self.command, self.path, dict(self.headers), body))
+                return body
+
+            def do_GET(self):
+                self._record()
+                if self.path.startswith("/api/packages/gcs/"):
+                    name = self.path.rsplit("/", 1)[1]
+                    return self._answer(200 if name in head.packages else 404, "")
+                if self.path == "/api/jobs/s-1":
+                    return self._answer(200, {"submission_id": "s-1", "status": "FAILED", "start_time": 1000,
+                                              "end_time": 4500, "driver_exit_code": 3, "message": "boom"})
+                return self._answer(404, "Job s-2 does not exist")
+
+            def do_POST(self):
+                body = self._record()
+                if self.path == "/api/jobs/":
+                    if head.agent_ready_after > 0:
+                        head.agent_ready_after -= 1
+                        return self._answer(500, "No available agent to submit job, please try again later.")
+                    return self._answer(200, {"submission_id": json.loads(body)["submission_id"], "job_id": None})
+                if self.path.endswith("/stop"):
+                    return self._answer(200, {"stopped": True})
+                return self._answer(404, "")
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def head():
+    h = FakeHead()
+    yield h
+    h.server.shutdown()
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    wd = tmp_path / "wd"
+    (wd / "pkg").mkdir(parents=True)
+    (wd / "train.py").write_text("print('hi')\n")
+    (wd / "pkg" / "a.py").write_text("A = 1\n")
+    (wd / ".git").mkdir()
+    (wd / ".git" / "HEAD").write_text("ref\n")
+    return wd
+
+
+def test_info_status_stop_and_errors(head):
+    jobs = RayJobs(head.url, headers={"Authorization": "Bearer t"})
+    info = jobs.info("s-1")
+    assert (info.status, info.start_time, info.end_time, info.driver_exit_code) == ("FAILED", 1000, 4500, 3)
+    assert jobs.status("s-1") == "FAILED"
+    assert [p for m, p, _, _ in head.requests].count("/api/jobs/s-1") == 1  # a terminal job is asked once
+    assert jobs.stop("s-1") is True
+    assert all(h.get("Authorization") == "Bearer t" for _, _, h, _ in head.requests)
+    with pytest.raises(JobsApiError, match="404 Job s-2 does not exist"):
+        jobs.status("s-2")
+
+
+def test_no_answer_is_an_error_that_names_the_head():
+    from infra.reach import free_port
+
+    with pytest.raises(JobsApiError, match="no answer from the Ray head at http://127.0.0.1"):
+        RayJobs(f"http://127.0.0.1:{free_port()}", headers={}).status("s-1")
+
+
+def test_a_known_package_is_named_without_building_it(head, workdir, monkeypatch):
+    jobs = RayJobs(head.url, headers={})
+    monkeypatch.setattr(packages, "upload_with_ray",
+                        lambda jobs, env, log=None: env.update(working_dir="gcs://_ray_pkg_abc.zip"))
+    env = {"working_dir": str(workdir), "excludes": [".git"], "env_vars": {"A": "1"}}
+
+    jobs.submit(entrypoint="python train.py", submission_id="s-9", runtime_env=env, metadata={"n": 1})
+    head.packages.add("_ray_pkg_abc.zip")
+    monkeypatch.setattr(packages, "upload_with_ray", lambda *a, **k: pytest.fail("built again"))
+    (workdir / ".git" / "HEAD").write_text("another commit\n")  # excluded: the package is the same
+    jobs.submit(entrypoint="python train.py", submission_id="s-10", runtime_env=env, metadata={"n": 1})
+
+    posts = [json.loads(b) for m, p, _, b in head.requests if m == "POST" and p == "/api/jobs/"]
+    assert [p["submission_id"] for p in posts] == ["s-9", "s-10"]
+    assert all(p["runtime_env"]["working_dir"] == "gcs://_ray_pkg_abc.zip" for p in posts)
+    assert posts[1] == {"entrypoint": "python train.py", "submission_id": "s-10", "metadata": {"n": "1"},
+                        "runtime_env": {"working_dir": "gcs://_ray_pkg_abc.zip", "excludes": [".git"],
+                                        "env_vars": {"A": "1"}}}
+    assert env["working_dir"] == str(workdir)  # the caller's runtime_env is left as it was
+
+
+def test_a_changed_file_or_a_head_without_the_package_builds_it_again(head, workdir, monkeypatch):
+    built = []
+    monkeypatch.setattr(packages, "upload_with_ray",
+                        lambda jobs, env, log=None: built.append(1) or env.update(working_dir=f"gcs://_ray_pkg_{len(built)}.zip"))
+    jobs = RayJobs(head.url, headers={})
+    env = {"working_dir": str(workdir)}
+    jobs.submit(entrypoint="x", submission_id="a", runtime_env=env, metadata={})
+    jobs.submit(entrypoint="x", submission_id="b", runtime_env=env, metadata={})  # the head lacks it
+    head.packages.add("_ray_pkg_2.zip")
+    (workdir / "pkg" / "a.py").write_text("A = 22\n")
+    jobs.submit(entrypoint="x", submission_id="c", runtime_env=env, metadata={})
+    assert len(built) == 3
+
+
+def test_a_fresh_head_without_a_job_agent_is_retried(head, monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    head.agent_ready_after = 2
+    assert RayJobs(head.url, headers={}).submit(entrypoint="x", submission_id="s-3", runtime_env={},
+                                               metadata={}) == "s-3"
+
+
+def test_a_head_wanting_a_token_says_so(monkeypatch, tmp_path):
+    from orchestrator.runs.ray_jobs import _default_headers
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    (tmp_path / "tok").write_text("s3cret\n")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "tok"))
+    assert _default_headers("http://127.0.0.1:1") == {"Authorization": "Bearer s3cret"}
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    assert _default_headers("http://127.0.0.1:1") == {}
