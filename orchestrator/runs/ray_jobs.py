@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from orchestrator.runs.packages import ray_version, resolve_packages  # noqa: F401  (ray_version: one home)  # noqa: F401  (re-exported)
+from orchestrator.runs.packages import ray_version, resolve_packages  # noqa: F401  (ray_version: one home)
 
 TERMINAL_RAY_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 
