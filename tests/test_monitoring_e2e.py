@@ -88,9 +88,14 @@ def submit_digits_cnn(head: raycluster.LocalHead, workdir: Path, *, flush_s: int
             "gauges": seen.get(job_id, {}), "other_gauge_jobs": sorted(set(seen) - {job_id})}
 
 
-def get_json(url: str, timeout: float = 10.0):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
+def get_json(url: str, timeout: float = 10.0, headers: dict | None = None):
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as r:
         return json.loads(r.read())
+
+
+def head_auth() -> dict:
+    """The session head runs with token auth, like every head dlrun starts."""
+    return {"Authorization": f"Bearer {Path(os.environ['RAY_AUTH_TOKEN_PATH']).read_text().strip()}"}
 
 
 def scrape(port: int) -> dict[str, list[tuple[dict, float]]]:
@@ -139,7 +144,7 @@ def job(ray_head, prometheus, tmp_path_factory):
 
 # ---------------------------------------------------------------- tests
 def test_jobs_api_shows_dlrun_metadata(ray_head, job):
-    jobs = get_json(f"{ray_head.dashboard_url}/api/jobs/")
+    jobs = get_json(f"{ray_head.dashboard_url}/api/jobs/", headers=head_auth())
     mine = [j for j in jobs if j.get("submission_id") == job["ray_submission_id"]]
     assert len(mine) == 1, [j.get("submission_id") for j in jobs]
     info = mine[0]
@@ -153,7 +158,8 @@ def test_jobs_api_shows_dlrun_metadata(ray_head, job):
     assert float(meta["max_cost"]) == 5.0
     assert float(meta["est_hours"]) >= 0 and abs(float(meta["est_cost"]) - job["est_cost"]) < 1e-4
     # the per-job endpoint (what the job detail page reads) agrees, and so does Ray's own client
-    assert get_json(f"{ray_head.dashboard_url}/api/jobs/{job['ray_submission_id']}")["metadata"] == meta
+    assert get_json(f"{ray_head.dashboard_url}/api/jobs/{job['ray_submission_id']}",
+                    headers=head_auth())["metadata"] == meta
     from ray.job_submission import JobSubmissionClient
 
     assert JobSubmissionClient(ray_head.dashboard_url).get_job_info(job["ray_submission_id"]).metadata == meta
