@@ -100,13 +100,15 @@ def submit(job_file, max_cost, deadline, backend, detach):
     from orchestrator.runs import executor as runner
 
     spec = load_job(job_file, max_cost=max_cost, deadline=deadline)
-    warm_profile(spec)
     try:
+        warm_profile(spec)
         plan = runner.make_plan(runner.restrict(spec, backend))
         runner._require_choice(plan, spec)
     except NothingFitsError as e:
         _print_plan(e.plan)
         raise
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("while planning; nothing was started") from None
     if detach:
         res = runner.submit(spec, backend=backend, detach=True, plan=plan)
         click.echo(res.job_id)
