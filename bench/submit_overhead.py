@@ -207,7 +207,10 @@ def main() -> None:
         t0 = time.perf_counter()
         head = start_local_head(dashboard_port=free_port(), num_cpus=2)
         print(f"Ray head {head.dashboard_url} up in {time.perf_counter() - t0:.1f} s", flush=True)
-        client = JobSubmissionClient(head.dashboard_url)
+        from infra.local.head import local_head_headers
+
+        # dlrun's head runs with token auth: the bare SDK baseline sends the same token
+        client = JobSubmissionClient(head.dashboard_url, headers=local_head_headers(head.dashboard_url) or None)
 
         print(f"job agent ready (a trivial job ran) after {wait_for_job_agent(client):.1f} s more", flush=True)
         local = restrict(spec, "local")
