@@ -257,10 +257,13 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def local_ray():
-    """A private Ray instance whose metrics agent exports every second on a known port."""
+def local_ray(monkeypatch):
+    """A private Ray instance whose metrics agent exports every second on a known port (without the
+    session head's token settings: it is its own cluster)."""
     import ray
 
+    for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
     metrics_port = free_port()
     context = ray.init(address="local", num_cpus=3, include_dashboard=False,
                        _metrics_export_port=metrics_port,

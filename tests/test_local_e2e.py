@@ -55,7 +55,9 @@ def test_submit_digits_cnn_and_lstm(env, ray_head, tmp_path):
     assert mine[job]["ray_submission_id"] in out
     from ray.job_submission import JobSubmissionClient
 
-    info = JobSubmissionClient(ray_head.dashboard_url).get_job_info(mine[job]["ray_submission_id"])
+    token = Path(ray_head.token_path).read_text().strip()  # explicit: Ray caches its auth mode per process
+    info = JobSubmissionClient(ray_head.dashboard_url, headers={"Authorization": f"Bearer {token}"}) \
+        .get_job_info(mine[job]["ray_submission_id"])
     assert info.metadata["dlrun_job_id"] == job
     assert info.metadata["backend"] == "local" and float(info.metadata["max_cost"]) == 5.0
     assert all(isinstance(v, str) for v in info.metadata.values())

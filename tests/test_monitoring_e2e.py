@@ -162,7 +162,8 @@ def test_jobs_api_shows_dlrun_metadata(ray_head, job):
                     headers=head_auth())["metadata"] == meta
     from ray.job_submission import JobSubmissionClient
 
-    assert JobSubmissionClient(ray_head.dashboard_url).get_job_info(job["ray_submission_id"]).metadata == meta
+    client = JobSubmissionClient(ray_head.dashboard_url, headers=head_auth())  # explicit: Ray caches its auth mode
+    assert client.get_job_info(job["ray_submission_id"]).metadata == meta
 
 
 def test_training_gauges_on_head_metrics_endpoint(ray_head, job):
