@@ -19,6 +19,7 @@ from pathlib import Path
 
 from infra.base import Cluster, Node, ProvisionError
 from infra.paths import dlrun_home
+from infra.reach import free_port
 
 SSH_CONFIG_ENV = "DLRUN_SSH_CONFIG"
 SSH_WAIT_ENV = "DLRUN_SSH_WAIT_S"   # how long a new node may take to accept SSH (default 600 s)
@@ -98,18 +99,12 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Tunnel:
     """`ssh -N -L 127.0.0.1:PORT:127.0.0.1:REMOTE` to the head, re-opened on the same port when it drops."""
 
     def __init__(self, cluster: Cluster, remote_port: int, *, check_s: float = 1.0):
         self.cluster, self.remote_port, self.check_s = cluster, int(remote_port), check_s
-        self.local_port = _free_port()
+        self.local_port = free_port()
         self.local_address = f"http://127.0.0.1:{self.local_port}"
         self.reopened = 0
         self._proc: subprocess.Popen | None = None
