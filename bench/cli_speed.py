@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -234,15 +233,11 @@ def main() -> None:
     os.environ["DLRUN_HOME"] = str(home)
     from ray.job_submission import JobSubmissionClient
 
-    from infra.local.head import free_port, start_local_head, stop_local_head
+    from bench_head import bench_head
     from orchestrator.runs.packages import ray_logs_to
     from orchestrator.runs.ray_jobs import _default_headers
 
-    head = None
-    try:
-        t0 = time.perf_counter()
-        head = start_local_head(dashboard_port=free_port(), num_cpus=2)
-        print(f"\nRay head {head.dashboard_url} up in {time.perf_counter() - t0:.1f} s", flush=True)
+    with bench_head(home) as head:
         headers = _default_headers(head.dashboard_url)  # the head's Ray token, where dlrun's head has one
         client = JobSubmissionClient(head.dashboard_url, headers=headers or None)
         token = headers.get("Authorization", "").removeprefix("Bearer ")
@@ -254,15 +249,6 @@ def main() -> None:
                 bench_submit(client, head.dashboard_url, home, args.repeat)
             if "follow" not in skip:
                 bench_follow(head.dashboard_url, home, args.lines)
-    except BaseException:
-        log = home / "local_head.log"
-        if log.exists():
-            print(f"--- {log} (tail) ---\n{log.read_text()[-3000:]}", file=sys.stderr)
-        raise
-    finally:
-        if head is not None:
-            stop_local_head(head)
-        shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

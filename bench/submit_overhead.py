@@ -184,7 +184,7 @@ def main() -> None:
 
     from jobs.cnn import JOB
     from jobs.train import TrainConfig
-    from infra.local.head import free_port, start_local_head, stop_local_head
+    from bench_head import bench_head
     from orchestrator.runs.executor import make_plan, restrict
     from orchestrator.planning.spec import load_job
 
@@ -202,11 +202,7 @@ def main() -> None:
             if time.monotonic() > deadline:
                 sys.exit(f"port(s) {busy} still taken by another Ray head: a head started now would fail")
             time.sleep(1.0)
-    head = None
-    try:
-        t0 = time.perf_counter()
-        head = start_local_head(dashboard_port=free_port(), num_cpus=2)
-        print(f"Ray head {head.dashboard_url} up in {time.perf_counter() - t0:.1f} s", flush=True)
+    with bench_head(home) as head:
         from infra.local.head import local_head_headers
 
         # dlrun's head runs with token auth: the bare SDK baseline sends the same token
@@ -256,15 +252,6 @@ def main() -> None:
         print(f"(b) samples/s, median of {args.repeat} ({threads} torch thread): plain PyTorch {plain_s:.0f}, "
               f"raw Ray job {raw_s:.0f} ({raw_s / plain_s:.2f}x), under dlrun {dl_s:.0f}")
         print(f"    ratio dlrun/plain = {tput:.2f} ({'within' if tput >= 0.95 else 'OUTSIDE'} the >= 0.95 goal)")
-    except BaseException:
-        log = home / "local_head.log"
-        if log.exists():
-            print(f"--- {log} (tail) ---\n{log.read_text()[-3000:]}", file=sys.stderr)
-        raise
-    finally:
-        if head is not None:
-            stop_local_head(head)
-        shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":
