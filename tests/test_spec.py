@@ -128,3 +128,9 @@ def test_fuzz_raw_text(text):
         parse_job(text, "fuzz.yaml")
     except SpecError as e:
         assert e.message
+
+
+def test_an_unknown_key_with_a_newline_is_still_one_line():
+    with pytest.raises(SpecError) as e:
+        parse_job(yaml.safe_dump({"name": "x", "job": "cnn", "\n": 1}), "f.yaml")
+    assert "\n" not in e.value.message and "unknown field '\\n'" in e.value.message

@@ -279,7 +279,8 @@ def _typos_first(errs: list[dict]) -> list[dict]:
 
 def _describe(err: dict, lines: dict[tuple, int], where: str) -> str:
     loc = _clean_loc(err)  # pydantic tags union branches with type names (str, dict[str,int]): dropped
-    field = ".".join(str(p) for p in loc) or "(top level)"
+    # a key is the user's text: escaped, so that a newline in it cannot split the one-line message
+    field = ".".join(str(p).encode("unicode_escape").decode() for p in loc) or "(top level)"
     line = next((lines[loc[:i]] for i in range(len(loc), 0, -1) if loc[:i] in lines), None)
     at = f"{where}:{line}" if line else where
     kind, msg = err["type"], err["msg"]
