@@ -16,6 +16,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,8 +31,7 @@ PROBE_MIN_SECONDS = 8.0
 MIN_POINTS = 3
 PROBE_VERSION = 1
 ASK_FOR_FIELDS = ("add `workload:` (model, input_shape, batch_size, dataset_size, epochs) or `reference:` "
-                  "(accelerator, hours) to the job file, or report progress from the script with "
-                  "jobs.metrics.report(epoch=, epochs=) or report(progress=)")
+                  "(accelerator, hours) to the job file, or call jobs.metrics.report(epoch=, epochs=) in it")
 
 
 @dataclass
@@ -121,6 +121,8 @@ def _probe_env(spec, tmp: str) -> dict[str, str]:
     env = child_env(spec.workdir or os.getcwd())
     env.pop("RAY_ADDRESS", None)  # jobs.metrics: print only, no Ray gauges
     env.update(spec.env)
+    # as on the local Ray head (runtime_env): `python` is dlrun's own interpreter
+    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"
     env.update({PROBE_ENV: "1", "DLRUN_CHECKPOINT_DIR": os.path.join(tmp, "checkpoints"),
                 "DLRUN_JOB_ID": "probe", "PYTHONUNBUFFERED": "1"})
     return env
