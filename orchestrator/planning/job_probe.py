@@ -21,11 +21,11 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
+from jobs.metrics import PROBE_ENV
 from orchestrator.errors import SpecError
 from orchestrator.paths import profiles_dir
 from orchestrator.planning.workdir import workdir_digest
 
-PROBE_ENV = "DLRUN_PROBE"  # jobs.metrics.PROBE_ENV
 PROBE_SECONDS = 20.0
 PROBE_MIN_SECONDS = 8.0
 MIN_POINTS = 3

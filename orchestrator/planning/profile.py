@@ -60,7 +60,7 @@ class WorkloadProfile:
     ops: list[OpCost] = field(default_factory=list)
     local_step_seconds: dict[str, float] = field(default_factory=dict)
     local_threads: int = 0
-    source: str = "measured"  # measured | reference | default
+    source: str = "measured"  # measured | reference | probe (a timed local run of the job)
     note: str = ""
 
     @property

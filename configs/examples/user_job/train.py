@@ -53,16 +53,20 @@ def main():
             opt.zero_grad()
             loss.backward()
             opt.step()
-        model.eval()
-        with torch.no_grad():
-            out = model(vx)
-            val_loss = F.cross_entropy(out, vy).item()
-            accuracy = (out.argmax(1) == vy).float().mean().item()
+        val_loss, accuracy = evaluate(model, vx, vy)
         if store:
             store.save({"epoch": epoch, "model": model.state_dict(), "optimizer": opt.state_dict()}, epoch)
         report(epoch=epoch, epochs=args.epochs, loss=round(loss.item(), 5), val_loss=round(val_loss, 5),
                accuracy=round(accuracy, 4), samples_per_s=round(len(tx) / (time.perf_counter() - t0), 1))
+    val_loss, accuracy = evaluate(model, vx, vy)  # also when resumed from the last epoch's checkpoint
     report_result(accuracy=round(accuracy, 4), val_loss=round(val_loss, 5), epochs=args.epochs)
+
+
+def evaluate(model, x, y):
+    model.eval()
+    with torch.no_grad():
+        out = model(x)
+        return F.cross_entropy(out, y).item(), (out.argmax(1) == y).float().mean().item()
 
 
 if __name__ == "__main__":
