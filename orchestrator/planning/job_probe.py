@@ -195,11 +195,18 @@ def _wait(proc, timeout: float) -> bool:
 
 
 def _stop(proc) -> None:
-    """End the probe's whole process group (the shell and the job it started)."""
-    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+    """End the probe's whole process group (the shell and the job it started), and wait until it is gone."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
-        if _wait(proc, grace):
-            return
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the shell; the group lives on while the job does
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+    _wait(proc, 1.0)
