@@ -34,7 +34,13 @@ def _files(root: Path):
     def fail(e: OSError):
         raise e
 
+    seen: set[tuple[int, int]] = set()  # links are followed (as Ray does): a cycle is walked once
     for dirpath, dirnames, filenames in os.walk(root, onerror=fail, followlinks=True):
+        st = os.stat(dirpath)
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
         dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDES)
         for f in sorted(filenames):
             if f in EXCLUDES or f.endswith(EXCLUDED_SUFFIXES):
@@ -64,11 +70,28 @@ def check_workdir(path: str, where: str) -> None:
                         f"of {limit / 2**20:.0f} MiB; move data out of it (read it from a bucket or a path)")
 
 
+_digests: dict[str, str] = {}  # by the files' paths, sizes and mtimes: read the content once per process
+
+
 def workdir_digest(path: str | None) -> str | None:
     """sha256 over every shipped file's path and content (None without a workdir). The size was bounded
-    at load (check_workdir), so this reads at most Ray's upload limit."""
+    at load (check_workdir), so this reads at most Ray's upload limit, once per process."""
     if not path:
         return None
+    stats = hashlib.sha256()
+    for rel, full in _files(Path(path)):
+        try:
+            st = os.stat(full)
+            stats.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        except OSError:
+            stats.update(f"{rel}\0?\n".encode())
+    key = f"{path}\0{stats.hexdigest()}"
+    if key not in _digests:
+        _digests[key] = _content_digest(path)
+    return _digests[key]
+
+
+def _content_digest(path: str) -> str:
     h = hashlib.sha256()
     for rel, full in _files(Path(path)):
         h.update(rel.encode() + b"\0")

@@ -126,3 +126,10 @@ def test_cli_bad_workdir_exits_2_and_records_nothing(tmp_path, dlrun_home):
     from orchestrator.state.db import Store
 
     assert Store(dlrun_home / "state.db").query("SELECT id FROM jobs") == []
+
+
+def test_a_link_cycle_in_the_workdir_is_walked_once(tmp_path):
+    job = make_job(tmp_path)
+    (tmp_path / "work" / "sub").mkdir()
+    (tmp_path / "work" / "sub" / "up").symlink_to(tmp_path / "work")
+    assert load_job(job).workdir and workdir_digest(str(tmp_path / "work"))
