@@ -13,6 +13,7 @@ from orchestrator.errors import SpecError
 from orchestrator.planning import planner
 from orchestrator.planning.job_probe import cached_probe, extrapolate, probe_job, run_probe, share_done
 from orchestrator.planning.spec import load_job
+from orchestrator.planning.workdir import workdir_digest
 from tests.test_estimator import LOCAL_CPU
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,8 +85,12 @@ def test_the_job_is_told_it_is_probed_and_keeps_its_checkpoints_elsewhere(tmp_pa
     out = tmp_path / "lines.txt"
     script = SCRIPT.replace("report(epoch", "print(probing(), os.environ['DLRUN_CHECKPOINT_DIR'], "
                                             "file=open(sys.argv[4], 'a'))\n    report(epoch")
+    script += "open('outputs.txt', 'w').write('written in its working directory')\n"
     spec = load_job(job_file(tmp_path, f"python train.py 2 0.1 0 {out}", script, env={"SEED": "1"}))
+    code = workdir_digest(spec.workdir)
     probe_job(spec)
+    assert workdir_digest(spec.workdir) == code  # it ran in a copy, as in Ray's working_dir
+    assert not (tmp_path / "work" / "outputs.txt").exists()
     lines = out.read_text().splitlines()
     assert lines and all(line.startswith("True ") for line in lines)
     ckpt = lines[0].split()[1]
@@ -100,7 +105,7 @@ def test_a_long_job_is_stopped_and_extrapolated(tmp_path):
     from orchestrator.planning.job_probe import _probe_env
 
     probe = run_probe(spec.name, entrypoint(spec, local=True, workers=1), cwd=spec.workdir,
-                      env=_probe_env(spec, str(tmp_path)), seconds=4.0, min_seconds=4.0)
+                      env=_probe_env(spec, str(tmp_path), spec.workdir), seconds=4.0, min_seconds=4.0)
     assert not probe.complete and probe.probe_seconds < 4.6
     assert len(probe.points) >= 3
     assert 8.0 <= probe.run_seconds <= 16.0  # 1 s start + 40 × 0.25 s, and the interpreter's start

@@ -34,7 +34,7 @@ def cached_in_workdir(workload, workdir: str | None) -> WorkloadProfile | None:
 def child_env(workdir: str) -> dict[str, str]:
     """The workdir first, then dlrun itself (for `jobs.*`), then what the caller had."""
     parts = [workdir, str(DLRUN_ROOT), os.environ.get("PYTHONPATH", "")]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in parts if p))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in parts if p), PYTHONDONTWRITEBYTECODE="1")
 
 
 def measure_in_workdir(workload, workdir: str | None, *, refresh: bool = False) -> WorkloadProfile:

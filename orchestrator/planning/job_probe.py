@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from jobs.metrics import PROBE_ENV
 from orchestrator.errors import SpecError
 from orchestrator.paths import profiles_dir
-from orchestrator.planning.workdir import workdir_digest
+from orchestrator.planning.workdir import EXCLUDED_SUFFIXES, EXCLUDES, workdir_digest
 
 PROBE_SECONDS = 20.0
 PROBE_MIN_SECONDS = 8.0
@@ -106,8 +107,11 @@ def probe_job(spec, *, refresh: bool = False) -> ProbeResult:
     from orchestrator.runs.entrypoint import entrypoint
 
     with tempfile.TemporaryDirectory(prefix="dlrun-probe-") as tmp:
-        result = run_probe(spec.name, entrypoint(spec, local=True, workers=1), cwd=spec.workdir or (
-            os.getcwd() if spec.run else tmp), env=_probe_env(spec, tmp))
+        cwd = os.getcwd() if spec.run else tmp
+        if spec.workdir:  # a copy, as Ray runs a job in its unpacked working_dir: what it writes is not the code
+            cwd = shutil.copytree(spec.workdir, os.path.join(tmp, "work"), symlinks=False,
+                                  ignore=shutil.ignore_patterns(*EXCLUDES, *(f"*{s}" for s in EXCLUDED_SUFFIXES)))
+        result = run_probe(spec.name, entrypoint(spec, local=True, workers=1), cwd=cwd, env=_probe_env(spec, tmp, cwd))
     path = cache_path(spec)
     part = path.with_suffix(".tmp")
     part.write_text(json.dumps(result.to_json()))
@@ -115,10 +119,10 @@ def probe_job(spec, *, refresh: bool = False) -> ProbeResult:
     return result
 
 
-def _probe_env(spec, tmp: str) -> dict[str, str]:
+def _probe_env(spec, tmp: str, cwd: str) -> dict[str, str]:
     from orchestrator.planning.isolated_profile import child_env
 
-    env = child_env(spec.workdir or os.getcwd())
+    env = child_env(cwd)
     env.pop("RAY_ADDRESS", None)  # jobs.metrics: print only, no Ray gauges
     env.update(spec.env)
     # as on the local Ray head (runtime_env): `python` is dlrun's own interpreter
