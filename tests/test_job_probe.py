@@ -129,3 +129,20 @@ def test_a_crashing_job_is_one_line_with_its_last_words(tmp_path):
     job = job_file(tmp_path, "python train.py", "raise SystemExit('no GPU here, sorry')\n")
     with pytest.raises(SpecError, match=r"probe run .* failed \(exit 1: no GPU here, sorry\)"):
         probe_job(load_job(job))
+
+
+def test_a_slow_start_is_waited_for_and_silence_is_bounded(tmp_path):
+    from orchestrator.planning.job_probe import _probe_env
+    from orchestrator.runs.entrypoint import entrypoint
+
+    def probe(run, script=SCRIPT):
+        spec = load_job(job_file(tmp_path, run, script))
+        return run_probe(spec.name, entrypoint(spec, local=True, workers=1), cwd=spec.workdir,
+                         env=_probe_env(spec, str(tmp_path), spec.workdir), seconds=1.0, max_seconds=5.0)
+
+    slow = probe("python train.py 10 0.2 2.0")  # first line after the 1 s probe time: still read
+    assert slow.points and not slow.complete and slow.run_seconds >= 2.0
+    t0 = time.monotonic()
+    with pytest.raises(SpecError, match=r"reported no progress in \d+ s of a probe run"):
+        probe("python train.py", "import time\ntime.sleep(60)\n")
+    assert time.monotonic() - t0 < 15

@@ -3,8 +3,9 @@
 The job runs here as it would on the local Ray head (its workdir, its env, `jobs` importable), told
 by DLRUN_PROBE=1 that this is a probe, with a throw-away DLRUN_CHECKPOINT_DIR. Its jobs.metrics lines
 say how far it got: `progress` (share of the run done, 0-1), or epoch/epochs, or step/steps, and
-optionally samples_per_s. The probe stops when the job ends, after PROBE_SECONDS, or once it has
-MIN_POINTS progress lines and PROBE_MIN_SECONDS; the run time is extrapolated from the progress rate
+optionally samples_per_s. The probe stops when the job ends, after PROBE_SECONDS (PROBE_MAX_SECONDS while
+it has not reported yet: its start may be slow), or once it has MIN_POINTS progress lines and
+PROBE_MIN_SECONDS; the run time is extrapolated from the progress rate
 (the time before the first line is the job's start, counted once). The result is cached by the job's
 command, env and workdir content. A job that reports nothing is an input error: dlrun does not guess.
 """
@@ -29,6 +30,8 @@ from orchestrator.planning.workdir import EXCLUDED_SUFFIXES, EXCLUDES, workdir_d
 
 PROBE_SECONDS = 20.0
 PROBE_MIN_SECONDS = 8.0
+# a job still starting (imports, data load) at PROBE_SECONDS is waited for, up to this, for its first line
+PROBE_MAX_SECONDS = 60.0
 MIN_POINTS = 3
 PROBE_VERSION = 1
 ASK_FOR_FIELDS = ("add `workload:` (model, input_shape, batch_size, dataset_size, epochs) or `reference:` "
@@ -133,8 +136,9 @@ def _probe_env(spec, tmp: str, cwd: str) -> dict[str, str]:
 
 
 def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds: float = PROBE_SECONDS,
-              min_seconds: float = PROBE_MIN_SECONDS) -> ProbeResult:
-    """Run `command` (a shell command) for at most `seconds`, reading its progress lines."""
+              min_seconds: float = PROBE_MIN_SECONDS, max_seconds: float = PROBE_MAX_SECONDS) -> ProbeResult:
+    """Run `command` (a shell command) for `seconds` (up to `max_seconds` while it has reported no
+    progress yet), reading its progress lines."""
     from jobs.metrics import parse_line
 
     start = time.monotonic()
@@ -147,9 +151,10 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
     try:
         while True:
             elapsed = time.monotonic() - start
-            if elapsed >= seconds or (len(points) >= MIN_POINTS and elapsed >= min_seconds):
+            limit = seconds if points else max_seconds
+            if elapsed >= limit or (len(points) >= MIN_POINTS and elapsed >= min_seconds):
                 break
-            if not sel.select(timeout=min(0.5, seconds - elapsed)):
+            if not sel.select(timeout=min(0.5, limit - elapsed)):
                 continue
             chunk = os.read(proc.stdout.fileno(), 65536)
             if not chunk:
@@ -182,8 +187,8 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
         raise SpecError(f"{name}: the probe run of the job's entrypoint failed (exit {proc.returncode}: "
                         f"{last.strip()[:200]}); fix the script, or {ASK_FOR_FIELDS}")
     if not points:
-        raise SpecError(f"{name}: no workload or reference, and the job reported no progress in a "
-                        f"{elapsed:.0f} s probe run; {ASK_FOR_FIELDS}")
+        raise SpecError(f"{name}: no workload or reference, and the job reported no progress in "
+                        f"{elapsed:.0f} s of a probe run; {ASK_FOR_FIELDS}")
     complete = ended and proc.returncode == 0
     run = elapsed if complete else extrapolate(points)
     return ProbeResult(run_seconds=run, probe_seconds=elapsed, complete=complete, points=points,
