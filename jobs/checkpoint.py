@@ -66,6 +66,13 @@ class Checkpoints:
         """Epochs that have a checkpoint, oldest first."""
         return sorted(int(m.group(1)) for n in self._names() if (m := _NAME.match(n)))
 
+    def clear(self) -> list[int]:
+        """Remove every checkpoint (a run started over); the epochs removed, oldest first."""
+        epochs = self.epochs()
+        for epoch in epochs:
+            self._delete(checkpoint_name(epoch))
+        return epochs
+
     def load_latest(self) -> dict | None:
         epochs = self.epochs()
         if not epochs:

@@ -6,6 +6,11 @@ Every call prints one line to stdout, flushed, which the dlrun runner parses fro
     DLRUN_METRIC {"event":"resumed","epoch":2}             <- report_event("resumed", epoch=2)
     DLRUN_RESULT {"accuracy":0.97,...}                     <- report_result(accuracy=0.97, ...)
 
+How far the run is: `epoch`/`epochs`, or `step`/`steps`, or `progress` (the share of the whole run
+done, 0-1), with `samples_per_s` when known. dlrun times a job that has no `workload:` by a short
+local probe run (DLRUN_PROBE=1 is set, see probing()) and reads these keys; report at least every
+few seconds (e.g. every N steps while probing) so the probe sees the rate.
+
 Inside a Ray job (RAY_ADDRESS set, or Ray already initialised, e.g. in a Ray Train worker) the
 numeric values are also published as ray.util.metrics gauges (dlrun_epoch, dlrun_loss,
 dlrun_accuracy, dlrun_samples_per_second, dlrun_gpu_utilization, dlrun_gpu_memory_bytes,
@@ -31,6 +36,7 @@ PRICE_ENV = "DLRUN_PRICE_PER_HOUR"
 # Ray exports gauges every metrics_report_interval_ms (10 s by default), so a short job can end
 # before its last values are exported; this many seconds of waiting after the result fixes that.
 FLUSH_ENV = "DLRUN_METRICS_FLUSH_S"
+PROBE_ENV = "DLRUN_PROBE"  # set to 1 while dlrun times the job with a short local run
 
 # metric key in the DLRUN_METRIC line -> Ray gauge name
 GAUGES = {
@@ -52,6 +58,11 @@ def report(**metrics) -> None:
     metrics.update(_gpu_stats())
     _emit(METRIC_PREFIX, metrics)
     _publish(metrics)
+
+
+def probing() -> bool:
+    """True while dlrun runs the job briefly to time it (DLRUN_PROBE=1): a good moment to report often."""
+    return os.environ.get(PROBE_ENV) == "1"
 
 
 def report_event(event: str, **fields) -> None:

@@ -246,7 +246,8 @@ def test_an_interrupted_submit_says_what_it_cancelled(capsys, tmp_path, monkeypa
     from orchestrator.runs import executor
 
     job = tmp_path / "job.yaml"
-    job.write_text("name: quick\nrun: python -c pass\nresources:\n  clouds: [local]\n")
+    job.write_text("name: quick\nrun: python -c pass\nreference: {accelerator: cpu, hours: 0.01}\n"
+                   "resources:\n  clouds: [local]\n")
 
     def interrupted(spec, **kw):  # as execute leaves it: the job recorded CANCELLED, time kept, then re-raised
         store = default_store()

@@ -99,7 +99,7 @@ def test_killed_job_resumes_from_checkpoint(env, tmp_path):
 
     r = dlrun("submit", str(job_file), "--backend", "local", env=env)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "resumed from checkpoint at epoch" in r.stderr
+    assert "resuming digits-cnn from epoch" in r.stderr and "(--fresh to start over)" in r.stderr
     new_job = _job_from(r.stdout)
     resumed = json.loads(dlrun("status", new_job, "--json", env=env).stdout)
     kinds = [e["kind"] for e in resumed["events"]]

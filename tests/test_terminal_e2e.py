@@ -79,7 +79,8 @@ def job_file(tmp_path: Path, script: str) -> Path:
     wd.mkdir()
     (wd / "main.py").write_text(script)
     job = tmp_path / "job.yaml"
-    job.write_text(f"name: term\nrun: python -u main.py\nworkdir: {wd}\nresources:\n  clouds: [local]\n")
+    job.write_text(f"name: term\nrun: python -u main.py\nworkdir: {wd}\nreference: {{accelerator: cpu, hours: 0.01}}\n"
+                   "resources:\n  clouds: [local]\n")
     return job
 
 

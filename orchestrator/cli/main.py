@@ -91,7 +91,8 @@ def cli():
 @click.option("--deadline", help="wall-clock limit, e.g. 4h (overrides budget.deadline)")
 @click.option("--backend", type=BackendChoice(), help="only consider this backend")
 @click.option("--detach", is_flag=True, help="return the job id at once; a supervisor runs the job")
-def submit(job_file, max_cost, deadline, backend, detach):
+@click.option("--fresh", is_flag=True, help="start the run over: remove its checkpoints instead of resuming")
+def submit(job_file, max_cost, deadline, backend, detach, fresh):
     """Plan, provision, run and watch JOB_FILE; always tears down what it started."""
     from orchestrator.cli.plan import warm_profile
     from orchestrator.cli.render.display import make_display
@@ -110,13 +111,13 @@ def submit(job_file, max_cost, deadline, backend, detach):
     except KeyboardInterrupt:
         raise KeyboardInterrupt("while planning; nothing was started") from None
     if detach:
-        res = runner.submit(spec, backend=backend, detach=True, plan=plan)
+        res = runner.submit(spec, backend=backend, detach=True, plan=plan, fresh=fresh)
         click.echo(res.job_id)
         return
     display = make_display(sys.stderr)
     started = time.time()
     try:
-        res = runner.submit(spec, backend=backend, display=display, plan=plan)
+        res = runner.submit(spec, backend=backend, display=display, plan=plan, fresh=fresh)
     except KeyboardInterrupt:
         display.close()  # before the summary, so that it is not drawn over
         raise KeyboardInterrupt(_interrupted_summary(started)) from None

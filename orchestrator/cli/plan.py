@@ -28,16 +28,26 @@ def run_plan(spec, backend: str | None = None, *, blocked: frozenset[str] = froz
 
 
 def warm_profile(spec, stream=None) -> None:
-    """Profile the job's model now, saying so, where the plan would otherwise measure it in silence."""
-    if getattr(spec, "workload", None) is None:
-        return
+    """Profile the job's model (or probe the job) now, saying so, where the plan would otherwise
+    measure it in silence."""
     from orchestrator.cli.render.display import profiling_notice
+
+    if getattr(spec, "workload", None) is None:
+        if spec.reference is None:
+            from orchestrator.planning.job_probe import PROBE_SECONDS, cached_probe, probe_job
+
+            if cached_probe(spec) is None:
+                with profiling_notice(f"the job (a run of about {PROBE_SECONDS:.0f} s)", stream):
+                    probe_job(spec)
+        return
+    from orchestrator.planning.isolated_profile import cached_in_workdir, measure_in_workdir
     from orchestrator.planning.profile import cached_profile, measure
 
-    if cached_profile(spec.workload) is not None:
+    own = bool(spec.run)  # the user's model, imported from the workdir
+    if (cached_in_workdir(spec.workload, spec.workdir) if own else cached_profile(spec.workload)) is not None:
         return
     with profiling_notice(spec.workload.model.rpartition(":")[2] or spec.workload.model, stream):
-        measure(spec.workload)
+        measure_in_workdir(spec.workload, spec.workdir) if own else measure(spec.workload)
 
 
 # --- rendering -------------------------------------------------------------------------------------

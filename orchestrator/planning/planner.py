@@ -13,8 +13,6 @@ from infra import capabilities
 from infra.catalog import Offer, canonical_gpu
 from orchestrator.planning.estimator import Estimate, estimate, history_from_store
 
-# With neither a workload nor a reference the planner assumes this (and says so in the plan).
-DEFAULT_REFERENCE = {"accelerator": "T4", "hours": 1.0, "count": 1}
 REFERENCE_COMPUTE_SHARE = 0.7  # of the reference time spent in matmul/conv, the rest on memory
 
 
@@ -115,6 +113,10 @@ def reference_profile(accelerator: str, hours: float, count: int = 1, note: str 
 
 
 def profile_for(spec):
+    if spec.workload is not None and spec.run:  # the user's model: from its workdir, in a child process
+        from orchestrator.planning.isolated_profile import measure_in_workdir
+
+        return measure_in_workdir(spec.workload, spec.workdir)
     if spec.workload is not None:
         from orchestrator.planning.profile import measure
 
@@ -124,10 +126,21 @@ def profile_for(spec):
         return reference_profile(r.accelerator, r.hours, r.count,
                                  note=f"scaled from the reference: {r.hours:g} h on {r.count}×{r.accelerator}; "
                                       "memory fit not checked (give a workload to check it)")
-    d = DEFAULT_REFERENCE
-    return reference_profile(d["accelerator"], d["hours"], d["count"],
-                             note=f"no workload or reference in the job: assumed {d['hours']:g} h on "
-                                  f"{d['count']}×{d['accelerator']}; add a workload for a real estimate")
+    from orchestrator.planning.job_probe import probe_job
+
+    return probed_profile(probe_job(spec))
+
+
+def probed_profile(probe):
+    """A measured local run as a profile: exact on this CPU, scaled like a reference elsewhere."""
+    how = "ran to its end" if probe.complete else f"extrapolated from a {probe.probe_seconds:.0f} s probe"
+    prof = reference_profile("cpu", probe.run_seconds / 3600.0,
+                             note=f"measured by running the job here: {probe.run_seconds:.1f} s on this CPU "
+                                  f"({how}); other backends scaled from it, memory fit not checked")
+    prof.local_step_seconds = {"cpu": probe.run_seconds / prof.total_steps}
+    prof.local_threads = probe.threads
+    prof.source = "probe"
+    return prof
 
 
 # --- eligibility -----------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ class WorkloadProfile:
     ops: list[OpCost] = field(default_factory=list)
     local_step_seconds: dict[str, float] = field(default_factory=dict)
     local_threads: int = 0
-    source: str = "measured"  # measured | reference | default
+    source: str = "measured"  # measured | reference | probe (a timed local run of the job)
     note: str = ""
 
     @property
@@ -99,9 +99,9 @@ def workload_hash(workload) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def cached_profile(workload, *, measure_local: bool = True) -> WorkloadProfile | None:
+def cached_profile(workload, *, measure_local: bool = True, path=None) -> WorkloadProfile | None:
     """The stored profile when measure() would not measure again (else None: the next plan measures)."""
-    path = profiles_dir() / f"{workload_hash(workload)}.json"
+    path = path or profiles_dir() / f"{workload_hash(workload)}.json"
     if not path.exists():
         return None
     try:
@@ -119,6 +119,15 @@ def measure(workload, *, measure_local: bool = True, refresh: bool = False) -> W
     cached = None if refresh else cached_profile(workload, measure_local=measure_local)
     if cached is not None:
         return cached
+    prof = profile_now(workload, measure_local=measure_local)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(prof.to_json()))
+    tmp.replace(path)
+    return prof
+
+
+def profile_now(workload, *, measure_local: bool = True) -> WorkloadProfile:
+    """The static profile and, when small enough, the measured local step (no cache)."""
     prof = _static_profile(workload)
     if measure_local:
         from orchestrator.planning.estimator import cpu_roofline_step_seconds
@@ -130,9 +139,6 @@ def measure(workload, *, measure_local: bool = True, refresh: bool = False) -> W
             prof.local_threads = LOCAL_CPU_THREADS
         else:
             prof.note = TOO_BIG_NOTE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(prof.to_json()))
-    tmp.replace(path)
     return prof
 
 

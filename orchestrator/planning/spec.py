@@ -367,6 +367,10 @@ def apply_overrides(spec: JobSpec, where: str, *, max_cost=None, deadline=None) 
     spec = spec.model_copy(update={"budget": budget})
     if spec.workdir and not Path(spec.workdir).is_absolute():
         spec = spec.model_copy(update={"workdir": str((Path(where).parent / spec.workdir).resolve())})
+    if spec.workdir:
+        from orchestrator.planning.workdir import check_workdir
+
+        check_workdir(spec.workdir, where)
     return spec
 
 

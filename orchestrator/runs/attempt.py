@@ -69,11 +69,13 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
     store.set_status(ctx.job_id, "PROVISIONING", offer.label)
     ctx.view.phase, ctx.view.backend = "provisioning", offer_name(offer, cand.spot)
     ctx.display.update(ctx.view)
+    from orchestrator.runs.entrypoint import checkpoint_packages
     from orchestrator.runs.ray_jobs import ray_version  # not `import ray`: a second of imports
 
     request = ClusterRequest(cluster_id=cluster_id, job_id=ctx.job_id, offer=offer, spot=cand.spot, num_nodes=nodes,
                              bootstrap=BootstrapConfig(ray_version=ray_version(),
-                                                       python_packages=list(spec.requirements),
+                                                       python_packages=[*spec.requirements,
+                                                                        *checkpoint_packages(ctx.checkpoint)],
                                                        **watchdog_limits(spec)),
                              image=spec.resources.image, owner=owner_identity())
     cluster = None

@@ -19,8 +19,13 @@ EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".pytest_cache", ".
 
 
 def run_key(spec: JobSpec) -> str:
-    """Identity of 'the same training run': resubmitting the same job file resumes its checkpoints."""
+    """Identity of 'the same training run': resubmitting the same job file (and workdir content)
+    resumes its checkpoints."""
     keep = spec.model_dump(mode="json", include={"name", "job", "run", "args", "workload", "env"})
+    if spec.workdir:  # changed code is a new run (a key without a workdir stays as it was)
+        from orchestrator.planning.workdir import workdir_digest
+
+        keep["workdir_content"] = workdir_digest(spec.workdir)
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -30,6 +35,24 @@ def checkpoint_location(spec: JobSpec, key: str) -> str:
     if "://" in base:
         return f"{base.rstrip('/')}/{key}"
     return str(Path(base).expanduser() / key)
+
+
+CHECKPOINT_PACKAGES = {"s3": "boto3", "gs": "google-cloud-storage"}  # what jobs.checkpoint imports per scheme
+
+
+def checkpoint_packages(location: str) -> list[str]:
+    """What a cluster node needs for jobs.checkpoint to reach `location` (the version installed here
+    when there is one, so the node runs what was tested)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    scheme = location.split("://", 1)[0].lower() if "://" in location else ""
+    name = CHECKPOINT_PACKAGES.get(scheme)
+    if name is None:
+        return []
+    try:
+        return [f"{name}=={version(name)}"]
+    except PackageNotFoundError:
+        return [name]
 
 
 def num_workers(spec: JobSpec, accelerator_count: int) -> int:

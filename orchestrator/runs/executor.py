@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field
 
 from orchestrator.cli.render.display import JobView, PlainDisplay
-from orchestrator.runs.entrypoint import checkpoint_location, run_key
+from orchestrator.runs.entrypoint import checkpoint_location
+from orchestrator.runs.run_identity import record_run, recorded_run_key, start_fresh
 from orchestrator.errors import (CloudCredentialsError, JobFailedError, NothingFitsError,
                                  ProvisioningFailedError)
 from orchestrator.paths import node_poll_s as node_poll_default
@@ -54,11 +55,17 @@ def _require_choice(plan, spec: JobSpec) -> None:
 
 
 def submit(spec: JobSpec, *, backend: str | None = None, detach: bool = False, schedule_id: str | None = None,
-           store: Store | None = None, display=None, plan=None) -> SubmitResult:
+           store: Store | None = None, display=None, plan=None, fresh: bool = False) -> SubmitResult:
     store = store or default_store()
     spec = restrict(spec, backend)
     plan = plan or make_plan(spec, store=store)
+    _require_choice(plan, spec)
+    removed = start_fresh(spec) if fresh and schedule_id is None else None
     job_id = record_job(spec, plan, store=store, schedule_id=schedule_id)
+    if removed is not None:
+        store.add_event(job_id, "fresh", {"removed_epochs": removed})
+        if removed and display is not None:
+            display.message(f"--fresh: removed the checkpoints of epochs {', '.join(map(str, removed))}")
     if detach:
         pid = spawn_supervisor(job_id)
         store.update_job(job_id, supervisor_pid=pid)
@@ -78,6 +85,7 @@ def record_job(spec: JobSpec, plan, *, store: Store | None = None, schedule_id: 
                               supervisor_pid=os.getpid())  # until a supervisor takes over
     store.add_event(job_id, "plan", {"chosen": plan.chosen.offer.label, "spot": plan.chosen.spot,
                                      "est_hours": est.hours, "est_cost": est.cost})
+    record_run(store, job_id, spec, schedule_id=schedule_id)
     return job_id
 
 
@@ -119,7 +127,7 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
     store.update_job(job_id, supervisor_pid=os.getpid())
     display = display or PlainDisplay()
     view = JobView(job_id=job_id, name=spec.name, max_cost=spec.budget.max_cost)
-    key = run_key(spec) if row["schedule_id"] is None else job_id
+    key = recorded_run_key(store, job_id, spec, row["schedule_id"])
     ctx = AttemptContext(job_id=job_id, spec=spec, store=store, display=display, view=view,
                          checkpoint=checkpoint_location(spec, key), poll_s=poll_s,
                          node_poll_s=node_poll_s if node_poll_s is not None else node_poll_default(),

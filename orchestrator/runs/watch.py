@@ -101,7 +101,7 @@ class Watcher:
             if self._end_near is None:
                 self._end_near = self.clock()
         elif data.get("event") == "resumed":
-            self.display.message(f"resumed from checkpoint at epoch {data.get('epoch')}")
+            self.display.message(f"resuming {self.view.name} from epoch {data.get('epoch')} (--fresh to start over)")
             self.on_event("resumed", data)
         else:
             v = self.view

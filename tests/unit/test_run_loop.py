@@ -24,6 +24,7 @@ from tests.unit.fakes_runs import (FakeBackend, JobsFactory, Leak, RecordingDisp
 AWS_JOB = """
 name: fake-train
 run: python train.py
+reference: {accelerator: T4, hours: 1}
 resources:
   clouds: [aws]
 """
@@ -270,6 +271,7 @@ def test_provisioning_fails_everywhere(store, clock):
     text = """
 name: fake-train
 run: python train.py
+reference: {accelerator: T4, hours: 1}
 resources:
   accelerators: T4:1
   clouds: [aws, gcp]

@@ -67,7 +67,7 @@ def test_metric_lines_update_the_view_and_events(tmp_path):
     assert [d["epoch"] for d in h.of_kind("epoch")] == [1, 2, 3]
     assert h.of_kind("epoch")[1] == {"epoch": 2, "epochs": 3, "loss": 0.8, "accuracy": 0.6}
     assert h.of_kind("resumed") == [{"event": "resumed", "epoch": 2}]
-    assert "resumed from checkpoint at epoch 2" in h.display.messages
+    assert "resuming w from epoch 2 (--fresh to start over)" in h.display.messages
     assert [d["status"] for d in h.of_kind("ray_status")] == ["PENDING", "RUNNING", "SUCCEEDED"]  # on change
     # everything that is not a metric/result line goes to the display, once and in order
     assert h.display.logs == ["Loading data", "DLRUN_METRIC {not json", "DLRUN_METRIC [1, 2]", "done"]

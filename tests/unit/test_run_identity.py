@@ -1,0 +1,135 @@
+"""A run is its code: the workdir's content digest, the run key built on it, --fresh, and the workdir
+checks at load (missing, unreadable, over Ray's upload limit: one line, exit 2, nothing recorded)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs.checkpoint import open_checkpoints
+from orchestrator.errors import SpecError
+from orchestrator.planning.spec import load_job
+from orchestrator.planning.workdir import RAY_GRPC_SIZE_ENV, workdir_digest
+from orchestrator.runs.entrypoint import checkpoint_location, run_key
+from orchestrator.runs.run_identity import start_fresh
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_job(tmp_path, **fields) -> Path:
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "train.py").write_text("print('v1')\n")
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"name": "mine", "run": "python train.py", "workdir": "work", **fields}))
+    return job
+
+
+def test_digest_follows_content_and_ignores_git_and_caches(tmp_path):
+    job = make_job(tmp_path)
+    work = tmp_path / "work"
+    first = workdir_digest(str(work))
+    (work / ".git").mkdir()
+    (work / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (work / "__pycache__").mkdir()
+    (work / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"\0" * 10)
+    (work / "old.pyc").write_bytes(b"\1")
+    os.utime(work / "train.py", (1, 1))  # a touch is not a change
+    assert workdir_digest(str(work)) == first
+    (work / "train.py").write_text("print('v2')\n")
+    changed = workdir_digest(str(work))
+    assert changed != first
+    (work / "train.py").rename(work / "main.py")  # the same bytes under another name
+    assert workdir_digest(str(work)) not in (first, changed)
+    assert workdir_digest(None) is None and load_job(job)  # still a valid job
+
+
+def test_run_key_changes_with_the_code_not_with_the_budget(tmp_path):
+    job = make_job(tmp_path)
+    spec = load_job(job)
+    key = run_key(spec)
+    assert run_key(load_job(job, max_cost=3.0)) == key  # planning options are not the run
+    (tmp_path / "work" / "train.py").write_text("print('v2')\n")
+    changed = run_key(load_job(job))
+    assert changed != key
+    assert checkpoint_location(spec, key) != checkpoint_location(spec, changed)
+
+
+def test_fresh_removes_the_runs_checkpoints_only(tmp_path):
+    spec = load_job(make_job(tmp_path, checkpoint=str(tmp_path / "ckpt")))
+    mine = open_checkpoints(checkpoint_location(spec, run_key(spec)))
+    other = open_checkpoints(checkpoint_location(spec, "another-run"))
+    for epoch in (1, 2, 3):
+        mine.save({"epoch": epoch}, epoch)
+    other.save({"epoch": 1}, 1)
+    assert start_fresh(spec) == [2, 3]  # the newest two are kept by the store
+    assert mine.epochs() == [] and other.epochs() == [1]
+    assert start_fresh(spec) == []
+
+
+def test_fresh_with_an_unusable_location_is_bad_input(tmp_path):
+    spec = load_job(make_job(tmp_path, checkpoint="ftp://host/ckpt"))
+    with pytest.raises(SpecError, match="--fresh: unsupported checkpoint location"):
+        start_fresh(spec)
+
+
+def test_missing_workdir_is_one_line_at_load(tmp_path):
+    job = make_job(tmp_path)
+    job.write_text(job.read_text().replace("workdir: work", "workdir: nowhere"))
+    with pytest.raises(SpecError, match=r"job.yaml: field 'workdir': .*nowhere does not exist"):
+        load_job(job)
+    (tmp_path / "nowhere").write_text("a file")
+    with pytest.raises(SpecError, match="is not a directory"):
+        load_job(job)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def test_unreadable_workdir_file_is_one_line_at_load(tmp_path):
+    job = make_job(tmp_path)
+    secret = tmp_path / "work" / "secret.bin"
+    secret.write_bytes(b"x")
+    secret.chmod(0)
+    with pytest.raises(SpecError, match=r"field 'workdir': cannot read .*secret.bin"):
+        load_job(job)
+
+
+def test_dangling_link_in_workdir_is_one_line_at_load(tmp_path):
+    job = make_job(tmp_path)
+    (tmp_path / "work" / "data").symlink_to(tmp_path / "gone")  # Ray follows links: it could not ship it
+    with pytest.raises(SpecError, match=r"field 'workdir': cannot read .*data \(No such file"):
+        load_job(job)
+
+
+def test_workdir_over_rays_upload_limit_is_one_line_at_load(tmp_path, monkeypatch):
+    job = make_job(tmp_path)
+    (tmp_path / "work" / "data.bin").write_bytes(b"\0" * 5000)
+    (tmp_path / "work" / ".git").mkdir()
+    (tmp_path / "work" / ".git" / "pack").write_bytes(b"\0" * 50000)  # not shipped: not counted
+    monkeypatch.setenv(RAY_GRPC_SIZE_ENV, "20000")  # Ray's own setting for its package limit
+    load_job(job)
+    monkeypatch.setenv(RAY_GRPC_SIZE_ENV, "4000")
+    with pytest.raises(SpecError, match="over Ray's upload limit"):
+        load_job(job)
+
+
+def test_cli_bad_workdir_exits_2_and_records_nothing(tmp_path, dlrun_home):
+    job = make_job(tmp_path)
+    job.write_text(job.read_text().replace("workdir: work", "workdir: nowhere"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for cmd in (["submit", str(job), "--fresh"], ["plan", str(job)]):
+        r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *cmd], capture_output=True,
+                           text=True, cwd=ROOT, env=env, timeout=120)
+        assert r.returncode == 2, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "workdir" in r.stderr and "Traceback" not in r.stderr
+    from orchestrator.state.db import Store
+
+    assert Store(dlrun_home / "state.db").query("SELECT id FROM jobs") == []
+
+
+def test_a_link_cycle_in_the_workdir_is_walked_once(tmp_path):
+    job = make_job(tmp_path)
+    (tmp_path / "work" / "sub").mkdir()
+    (tmp_path / "work" / "sub" / "up").symlink_to(tmp_path / "work")
+    assert load_job(job).workdir and workdir_digest(str(tmp_path / "work"))
