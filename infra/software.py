@@ -59,10 +59,13 @@ class Retirement:
     retired_on: str
     source: str
 
-    def describe(self) -> str:
+    def short(self) -> str:
         what = f"{self.cloud.upper()} {self.instance_family} ({self.accelerator})" if self.instance_family \
             else f"{self.cloud.upper()} {self.accelerator}"
-        return f"{what} retired on {self.retired_on} ({self.source})"
+        return f"{what} retired on {self.retired_on}"
+
+    def describe(self) -> str:
+        return f"{self.short()} (source: {self.source})"
 
 
 @dataclass(frozen=True)
@@ -152,11 +155,12 @@ def retirement(cloud: str, instance_type: str, accelerator: str | None,
                catalog_dir: Path | None = None) -> Retirement | None:
     """The retirement that rules an offer out, if any (by instance family, or by GPU on that cloud)."""
     family = instance_type.split(".")[0] if cloud == "aws" else ""
-    gpu = (canonical_gpu(accelerator, catalog_dir) or accelerator or "").upper()
+    gpu = ((canonical_gpu(accelerator, catalog_dir) or accelerator) if accelerator else "").upper()
     for r in tables(catalog_dir)[3]:
         if r.cloud != cloud:
             continue
-        if r.instance_family and r.instance_family == family:
+        if r.instance_family and family.startswith(r.instance_family) \
+                and family[len(r.instance_family):].isalpha() | (family == r.instance_family):  # p3, p3dn
             return r
         if not r.instance_family and gpu and r.accelerator.upper() == gpu:
             return r
