@@ -48,6 +48,7 @@ class Image:
     driver_branch: int | None
     min_compute_capability: str
     login_user: str
+    owner: str      # the only account an AWS image may come from ('amazon' or an account id)
     source: str
 
 
@@ -127,7 +128,7 @@ def _tables(catalog_dir: Path):
               for r in _read(catalog_dir, "torch_wheels.csv")]
     images = [Image(r["cloud"], r["kind"], r["resolver"], r["name"],
                     int(r["driver_branch"]) if r["driver_branch"] else None, r["min_compute_capability"],
-                    r["login_user"], r["source"]) for r in _read(catalog_dir, "images.csv")]
+                    r["login_user"], r["owner"], r["source"]) for r in _read(catalog_dir, "images.csv")]
     retired = [Retirement(r["cloud"], r["instance_family"], r["accelerator"], r["retired_on"], r["source"])
                for r in _read(catalog_dir, "retired.csv")]
     return gens, wheels, images, retired

@@ -19,6 +19,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from tests.fakes.aws_images import seed_image_parameters
 from tests.fakes.gce_server import FakeGce
 from tests.fakes.vm.clouds import wait_until
 from tests.fakes.vm.fixtures import vm_support_problem
@@ -45,6 +46,7 @@ env: {{SEED: "0"}}
 
 @pytest.fixture(scope="module")
 def lab(moto_server):
+    seed_image_parameters()  # the public SSM parameters naming the AMIs (moto serves them in this process)
     with VmLab(boot_timeout_s=60) as lab:
         lab.watch_ec2(moto_server, REGION)
         yield lab
