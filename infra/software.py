@@ -17,6 +17,7 @@ from pathlib import Path
 from infra.catalog import _dir, canonical_gpu
 
 WHEEL_URL = "https://download.pytorch.org/whl/{index}"
+CPU_INDEX = "cpu"  # torch's CPU-only wheels: a CPU node does not download GBs of CUDA libraries
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Retirement:
 
 @dataclass(frozen=True)
 class SoftwarePlan:
-    """What a node of an offer boots and installs; `wheel_index` None means the plain PyPI torch (CPU)."""
+    """What a node of an offer boots and installs: image, driver, CUDA, and torch from `wheel_index`."""
 
     image: str
     image_resolver: str
@@ -225,7 +226,7 @@ def software_plan(cloud: str, accelerator: str | None, torch: str, torch_require
         image = image_for(cloud, False, catalog_dir)
         return SoftwarePlan(image=image.name if image else "", image_resolver=image.resolver if image else "",
                             driver_branch=None, cuda=None, torch=torch, torch_requirement=torch_requirement,
-                            wheel_index=None)
+                            wheel_index=CPU_INDEX)
     gen = generation(accelerator, catalog_dir)
     wheels = choose_wheels(accelerator, torch, None, catalog_dir)  # first: the torch reason is the useful one
     image = image_for(cloud, True, catalog_dir)

@@ -14,7 +14,7 @@ UBUNTU = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
 @pytest.mark.parametrize("instance_type,gpu,image,index", [
     ("n1-standard-8", "T4", DLVM, "cu130"), ("n1-standard-8", "V100", DLVM, "cu126"),
     ("n1-standard-8", "P100", DLVM, "cu126"), ("g2-standard-4", "L4", DLVM, "cu130"),
-    ("a2-highgpu-1g", "A100", DLVM, "cu130"), ("e2-standard-2", None, UBUNTU, None),
+    ("a2-highgpu-1g", "A100", DLVM, "cu130"), ("e2-standard-2", None, UBUNTU, "cpu"),
 ])
 def test_each_generation_boots_the_family_its_wheels_need(gce, provider, instance_type, gpu, image, index):
     provider.launch(request(the_offer=offer(instance_type, gpu, 1 if gpu else 0)))

@@ -76,6 +76,26 @@ def exclusion_reason(spec, offer: Offer) -> str | None:
     return None
 
 
+def boot_settings(spec, offer: Offer) -> dict:
+    """BootstrapConfig fields for a cloud node: the planned torch and its index, the GPUs to check."""
+    if _local(offer):
+        return {}
+    try:
+        plan = software_for(spec, offer)
+    except sw.Unsupported:  # the planner excluded it; a forced launch still checks the GPU
+        return {"gpu_count": offer.accelerator_count if offer.accelerator else 0,
+                "gpu_memory_gb": offer.gpu_memory_gb}
+    return {"torch_requirement": plan.torch_requirement, "torch_index_url": plan.index_url,
+            "gpu_count": offer.accelerator_count if offer.accelerator else 0, "gpu_memory_gb": offer.gpu_memory_gb}
+
+
+EXPECT_GPU_ENV = "DLRUN_EXPECT_GPU"  # read by jobs/train.py: never fall back to CPU on a GPU offer
+
+
+def job_env(offer: Offer) -> dict[str, str]:
+    return {EXPECT_GPU_ENV: "1"} if offer.accelerator else {}
+
+
 def software_json(spec, offer: Offer) -> dict | None:
     """The candidate's software plan for `dlrun plan --json` (None for this machine)."""
     if _local(offer):

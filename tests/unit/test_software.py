@@ -62,13 +62,13 @@ def test_a_newer_cuda_needs_a_driver_the_image_has():
     ("gcp", "V100", "cu126", "common-cu129-ubuntu-2204-nvidia-580"),
     ("gcp", "P100", "cu126", "common-cu129-ubuntu-2204-nvidia-580"),
     ("gcp", "L4", "cu130", "common-cu129-ubuntu-2204-nvidia-580"),
-    ("aws", None, None, "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"),
-    ("gcp", None, None, "ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"),
+    ("aws", None, "cpu", "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"),
+    ("gcp", None, "cpu", "ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"),
 ])
 def test_software_plan_per_cloud_and_generation(cloud, gpu, index, image):
     plan = sw.software_plan(cloud, gpu, "2.13.0", "torch==2.13.0")
     assert plan.wheel_index == index and image in plan.image
-    assert plan.index_url == (f"https://download.pytorch.org/whl/{index}" if index else None)
+    assert plan.index_url == f"https://download.pytorch.org/whl/{index}"
     assert (plan.driver_branch == 580) == bool(gpu)
 
 
