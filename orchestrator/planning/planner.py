@@ -215,7 +215,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     in_time = [c for c in workable if deadline is None or c.estimate.total_seconds <= deadline]
     notes = [profile.note] if profile.note else []
     retired = software.retired_wish_notes(spec, candidates)
-    notes += retired + [n for n in [software.price_age_note(candidates)] if n]
+    notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
     return Plan(candidates=candidates, chosen=chosen,
                 cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
                 fastest_hours_ignoring_deadline=min((c.estimate.hours for c in workable), default=None),

@@ -131,6 +131,16 @@ def retired_wish_notes(spec, candidates) -> list[str]:
     return notes
 
 
+def chosen_note(chosen) -> str | None:
+    """One line saying what the chosen cloud node will boot and install (so anyone can check it)."""
+    s = chosen.software if chosen is not None else None
+    if not s or "unsupported" in s:
+        return None
+    gpu = f"driver R{s['driver_branch']}+, CUDA {s['cuda']}, " if s.get("cuda") else ""
+    return (f"software: {s['image']} ({s['image_resolver']}), {gpu}{s['torch_requirement']} from "
+            f"{s['index_url']}")
+
+
 def price_age_note(candidates, today: dt.date | None = None) -> str | None:
     """A warning when the prices the plan used are older than PRICE_MAX_AGE_DAYS."""
     today = today or dt.date.today()
