@@ -64,7 +64,13 @@ def software_for(spec, offer: Offer) -> sw.SoftwarePlan:
 
 def exclusion_reason(spec, offer: Offer) -> str | None:
     """Why the job's software rules an offer out (retired family, no torch wheel for its GPU), or None."""
-    if _local(offer):
+    if _local(offer):  # this machine's driver is what it is: only ask whether any build of the torch has its arch
+        if not offer.accelerator or sw.generation(offer.accelerator) is None:
+            return None
+        try:
+            sw.choose_wheels(offer.accelerator, job_torch(list(spec.requirements))[0])
+        except sw.Unsupported as e:
+            return str(e)
         return None
     retired = sw.retirement(offer.cloud, offer.instance_type, offer.accelerator)
     if retired:

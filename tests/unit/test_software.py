@@ -167,3 +167,16 @@ def test_cli_k80_job_exits_3_saying_why_and_json_carries_software(tmp_path, dlru
     chosen = next(c for c in rows if c["chosen"])
     assert chosen["software"]["image"] and chosen["software"]["torch"]
     assert all(c["software"] for c in rows if c["cloud"] != "local")
+
+
+def test_this_machines_old_gpu_needs_a_torch_that_still_supports_it():
+    from infra.catalog import Offer
+    from orchestrator.planning.software import exclusion_reason
+
+    def local(gpu):
+        return Offer(cloud="local", region="local", instance_type=gpu, accelerator=gpu, accelerator_count=1,
+                     gpu_memory_gb=12, vcpus=8, memory_gb=32, price_per_hour=0.0, spot_price_per_hour=None)
+
+    assert exclusion_reason(spec(), local("K80")).startswith("K80 (sm_37): no torch 2.")
+    assert exclusion_reason(spec(requirements=["torch==1.12.1"]), local("K80")) is None
+    assert exclusion_reason(spec(), local("T4")) is None
