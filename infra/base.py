@@ -98,6 +98,12 @@ class BootstrapConfig:
     dashboard_port: int = 8265
     heartbeat_timeout_s: int = 900  # a node powers itself off after this long without dlrun's heartbeat
     max_run_s: int = 0              # ... and unconditionally after this long (0: no hard limit)
+    # the planned software (orchestrator/planning/software.py): torch from its wheel index, and the GPUs
+    # the boot must see before Ray starts (0: a CPU offer, no check)
+    torch_requirement: str = ""     # e.g. torch==2.13.0; empty: plain `torch` from the default index
+    torch_index_url: str | None = None
+    gpu_count: int = 0
+    gpu_memory_gb: float = 0.0
 
 
 @dataclass

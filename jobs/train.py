@@ -109,13 +109,27 @@ def parse_args(job: Job, argv: list[str] | None = None) -> TrainConfig:
                        device=a.device, precision=a.precision, cpu_threads=a.cpu_threads)
 
 
+EXPECT_GPU_ENV = "DLRUN_EXPECT_GPU"  # set by dlrun when it planned (and bills) a GPU for this job
+
+
 def resolve_device(requested: str) -> torch.device:
     if requested == "cuda" and not torch.cuda.is_available():
         raise JobConfigError("--device cuda: no CUDA GPU is visible to this process; "
                              "use --device auto or cpu")
+    asked_cpu = requested == "cpu"
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(requested)
+    return refuse_cpu_on_a_gpu_plan(torch.device(requested), requested_cpu=asked_cpu)
+
+
+def refuse_cpu_on_a_gpu_plan(device: torch.device, requested_cpu: bool) -> torch.device:
+    """A GPU was planned and is billed: never train on CPU by accident (--device cpu still may)."""
+    if device.type == "cpu" and not requested_cpu and os.environ.get(EXPECT_GPU_ENV) == "1":
+        raise JobConfigError(f"dlrun planned a GPU for this job ({EXPECT_GPU_ENV}=1) but torch "
+                             f"{torch.__version__} sees none (torch.cuda.is_available() is false); refusing to "
+                             "train on CPU while the GPU is billed: check the node's driver and torch build, "
+                             "or pass --device cpu")
+    return device
 
 
 def resolve_precision(requested: str, device: torch.device) -> Precision:
@@ -174,6 +188,7 @@ def train(job: Job, cfg: TrainConfig, where: Rank | None = None) -> dict:
     """Train (resuming from the latest checkpoint if any); returns the final result dict."""
     where = where or Rank()
     device = torch.device(where.device) if where.device else resolve_device(cfg.device)
+    refuse_cpu_on_a_gpu_plan(device, requested_cpu=cfg.device == "cpu")
     with _cpu_settings(cfg, device, where):
         return _train(job, cfg, where, device)
 

@@ -19,6 +19,7 @@ from infra.aws.provider import AwsProvider
 from infra.base import (BootstrapConfig, CapacityError, Cluster, ClusterRequest, CredentialsError, Node,
                         ProvisionError, QuotaError)
 from infra.catalog import load_offers
+from tests.fakes.aws_images import seed_image_parameters
 from tests.fakes.aws_faults import (SimulatedCrash, crash_after, fail_operation, fail_run_instances,
                                     throttle_operation)
 
@@ -39,6 +40,7 @@ def aws_env(monkeypatch):
 @pytest.fixture
 def moto(aws_env):
     with mock_aws():
+        seed_image_parameters()
         yield
 
 

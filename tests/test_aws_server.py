@@ -17,6 +17,7 @@ from infra.aws.provider import AwsProvider
 from infra.base import CapacityError
 from orchestrator import PROJECT_ROOT
 from tests.fakes.aws_faults import fail_run_instances, throttle_operation
+from tests.fakes.aws_images import seed_image_parameters
 from tests.test_aws import aws_env  # noqa: F401  (fixture)
 from tests.test_aws import (REGION, SSH_CIDR, assert_nothing_left, check_launched_cluster,
                             live_instances, make_request, tags)
@@ -36,6 +37,7 @@ def moto_server():
 @pytest.fixture
 def endpoint(moto_server, aws_env):
     urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST"), timeout=10)
+    seed_image_parameters()
     return moto_server
 
 

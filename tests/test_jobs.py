@@ -299,3 +299,16 @@ def test_two_worker_torchtrainer_run_resumes_and_publishes_ray_gauges(tmp_path, 
     assert gauges.get("dlrun_epoch") == 3.0, gauges
     assert gauges["dlrun_accuracy"] == pytest.approx(result["accuracy"])
     assert gauges["dlrun_samples_per_second"] > 0
+
+
+def test_a_planned_gpu_is_never_replaced_by_the_cpu(tmp_path):
+    """dlrun sets DLRUN_EXPECT_GPU=1 on a GPU offer: with no usable GPU (this machine) the job stops at once."""
+    proc = subprocess.run([sys.executable, "-m", "jobs.cnn", "--epochs", "1", "--checkpoint-dir", str(tmp_path)],
+                          cwd=ROOT, env=job_env(DLRUN_EXPECT_GPU="1"), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "cnn: error: dlrun planned a GPU for this job (DLRUN_EXPECT_GPU=1)" in proc.stderr
+    assert "refusing to train on CPU" in proc.stderr and "Traceback" not in proc.stderr
+    assert "DLRUN_RESULT" not in proc.stdout
+    epochs, _, result = run_job("cnn", "--epochs", "1", "--device", "cpu", "--checkpoint-dir", str(tmp_path / "cpu"),
+                                DLRUN_EXPECT_GPU="1")  # asked for by name, the CPU is still allowed
+    assert len(epochs) == 1 and result is not None

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from orchestrator.planning import planner
 from infra.catalog import Offer, canonical_gpu, load_offers
+from infra.software import retirement
 from orchestrator.planning.estimator import estimate
 from orchestrator.planning.spec import parse_job
 from tests.test_estimator import LOCAL_CPU, synthetic
@@ -33,6 +34,8 @@ def brute_force(sp, offers, blocked=frozenset(), local=()):
             continue
         if res.min_gpu_memory_gb and (o.accelerator is None or o.gpu_memory_gb < res.min_gpu_memory_gb):
             continue
+        if o.cloud != "local" and retirement(o.cloud, o.instance_type, o.accelerator):
+            continue  # retired: K80 everywhere, AWS p2/p3 (every other catalog GPU has a torch 2.13 wheel)
         markets = [False] if o.cloud == "local" else \
             [m for m in (False, True) if (res.spot != "always" or m) and (res.spot != "never" or not m)
              and (not m or o.spot_price_per_hour is not None)]

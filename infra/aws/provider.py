@@ -65,6 +65,10 @@ class AwsProvider(VmProvider):
                 "ec2", region_name=region, endpoint_url=self.endpoint_url, config=self._config)
         return self._clients[region]
 
+    def _ssm(self, region: str):
+        """The public SSM parameters that name the current AMIs (AWS publishes them per region)."""
+        return self._session.client("ssm", region_name=region, endpoint_url=self.endpoint_url, config=self._config)
+
     def check_credentials(self) -> None:
         """One cheap call: missing keys fail here, and so do keys AWS refuses (AuthFailure)."""
         region = self.region or next((o.region for o in self.offers()), None)
@@ -89,9 +93,10 @@ class AwsProvider(VmProvider):
     def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> dict:
         region = request.offer.region
         ec2 = self._ec2(region)
-        key = (region, request.image or "")
+        gpu = bool(request.offer.accelerator)
+        key = (region, request.image or ("gpu" if gpu else "cpu"))
         if key not in self._amis:
-            self._amis[key] = find_image(ec2, region, request.image)
+            self._amis[key] = find_image(ec2, region, request.image, ssm=self._ssm(region), gpu=gpu)
         ami, ssh_user = self._amis[key]
         tags = {TAG_CLUSTER: request.cluster_id, TAG_JOB: request.job_id,
                 TAG_OWNER: request.owner or owner_identity()}

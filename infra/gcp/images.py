@@ -1,11 +1,12 @@
-"""Which image a GCE node boots."""
+"""Which image a GCE node boots: the compatibility table's Deep Learning VM family (its NVIDIA driver
+runs the CUDA of the planned torch wheels) for a GPU offer, plain Ubuntu for a CPU one (configs/catalog/
+images.csv); `image:` in the job file overrides it."""
 from __future__ import annotations
 
-from infra.base import ClusterRequest
+from infra.base import ClusterRequest, ProvisionError
+from infra.software import image_for as table_image
 
-# Deep Learning VM images (CUDA 12.8, NVIDIA driver 570 preinstalled); request.image overrides
-GPU_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
-CPU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+DLVM_FAMILY = "projects/deeplearning-platform-release/global/images/family/{}"
 
 
 def image_for(request: ClusterRequest) -> str:
@@ -13,5 +14,9 @@ def image_for(request: ClusterRequest) -> str:
     if request.image:
         if request.image.startswith(("projects/", "https://")):
             return request.image
-        return f"projects/deeplearning-platform-release/global/images/family/{request.image}"
-    return GPU_IMAGE if request.offer.accelerator else CPU_IMAGE
+        return DLVM_FAMILY.format(request.image)
+    row = table_image("gcp", bool(request.offer.accelerator))
+    if row is None:
+        raise ProvisionError("no GCP image in configs/catalog/images.csv; set `image:` in the job file",
+                             cloud="gcp", region=request.offer.region)
+    return row.name

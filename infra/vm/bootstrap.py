@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 from infra.base import BootstrapConfig
+from infra.vm import gpu_check
 
 NODE_DIR = "/var/lib/dlrun"
 BASE_PACKAGES = ("torch", "scikit-learn", "numpy")
@@ -45,6 +46,8 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
     if not is_head and not head_ip:
         raise ValueError("a worker node needs the head's private IP")
     packages = [f"ray[default,train]=={cfg.ray_version}", *BASE_PACKAGES, *cfg.python_packages]
+    if cfg.torch_requirement:  # the planned torch comes from its own wheel index, first
+        packages = [p for p in packages if not gpu_check.is_torch(p)]
     pip = " ".join(shlex.quote(p) for p in packages)
     ray = '"$VENV/bin/python" -m ray.scripts.scripts'  # the console script is absent when Ray came with the image
     if is_head:
@@ -69,7 +72,10 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
         # system site-packages: what the image already has (a deep-learning image's torch) is reused
         '[ -x "$VENV/bin/python" ] || "$PY" -m venv --system-site-packages "$VENV"',
         'export PATH="$VENV/bin:$PATH"  # Ray workers and job drivers inherit it: `python` is the venv\'s',
+        *gpu_check.nvidia_smi_check(cfg),
+        *gpu_check.torch_install(cfg, '"$VENV/bin/python" -m pip'),
         f'"$VENV/bin/python" -m pip install {pip} || fail {shlex.quote("pip could not install " + " ".join(packages))}',
+        *gpu_check.torch_cuda_check(cfg, '"$VENV/bin/python"'),
         # Ray's token arrives over SSH (never in this script: user-data and metadata are readable by anyone
         # with describe rights); the login user may not exist yet when this starts (GCE's guest agent)
         'echo "waiting for the cluster\'s Ray token over SSH"',

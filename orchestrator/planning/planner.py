@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from infra import capabilities
 from infra.catalog import Offer, canonical_gpu
+from orchestrator.planning import software
 from orchestrator.planning.estimator import Estimate, estimate, history_from_store
 
 REFERENCE_COMPUTE_SHARE = 0.7  # of the reference time spent in matmul/conv, the rest on memory
@@ -25,6 +26,7 @@ class Candidate:
     feasible: bool
     reason: str | None = None  # why excluded (None when feasible)
     chosen: bool = False
+    software: dict | None = None  # image, driver, CUDA, torch wheel index (planning/software.py)
 
     @property
     def backend(self) -> str:
@@ -36,7 +38,7 @@ class Candidate:
                 "accelerator": o.accelerator, "accelerator_count": o.accelerator_count, "spot": self.spot,
                 "eligible": self.eligible, "feasible": self.feasible, "chosen": self.chosen,
                 "reason": self.reason, "price_date": o.spot_price_date if self.spot else o.price_date,
-                "estimate": self.estimate.to_json()}
+                "estimate": self.estimate.to_json(), "software": self.software}
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Plan:
     deadline_seconds: float | None = None
     profile: object = None
     notes: list[str] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)  # a wished GPU is retired: why, and the nearest offer
 
     @property
     def ranked(self) -> list[Candidate]:
@@ -63,6 +66,8 @@ class Plan:
         if self.fastest_hours_ignoring_deadline is not None and self.deadline_seconds is not None:
             return (f"nothing meets the deadline of {self.deadline_seconds / 3600:.2f} h: the fastest candidate "
                     f"needs {self.fastest_hours_ignoring_deadline:.2f} h; extend --deadline")
+        if self.retired:
+            return "nothing fits: " + " ".join(self.retired)
         return "nothing fits: no candidate can run this job (see 'why excluded'); relax resources or clouds"
 
     def to_json(self) -> dict:
@@ -187,7 +192,7 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
     min_mem = res.min_gpu_memory_gb
     if min_mem is not None and (offer.accelerator is None or offer.gpu_memory_gb < min_mem):
         return f"GPU memory {offer.gpu_memory_gb:g} GB < {min_mem:g} GB"
-    return None
+    return software.exclusion_reason(spec, offer)
 
 
 # --- the plan --------------------------------------------------------------------------------------
@@ -214,7 +219,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             if why is None and deadline is not None and est.total_seconds > deadline:
                 why = f"est. {est.hours:.2f} h > deadline {deadline / 3600:.2f} h"
             candidates.append(Candidate(offer, spot, est, eligible=market_reason is None, feasible=why is None,
-                                        reason=why))
+                                        reason=why, software=software.software_json(spec, offer)))
     feasible = [c for c in candidates if c.feasible]
     chosen = min(feasible, key=_rank, default=None)
     if chosen:
@@ -222,10 +227,13 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     workable = [c for c in candidates if c.eligible and c.estimate.fits]
     in_time = [c for c in workable if deadline is None or c.estimate.total_seconds <= deadline]
     notes = [profile.note] if profile.note else []
+    retired = software.retired_wish_notes(spec, candidates)
+    notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
     return Plan(candidates=candidates, chosen=chosen,
                 cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
                 fastest_hours_ignoring_deadline=min((c.estimate.hours for c in workable), default=None),
-                max_cost=max_cost, deadline_seconds=deadline, profile=profile, notes=notes)
+                max_cost=max_cost, deadline_seconds=deadline, profile=profile, notes=notes,
+                retired=retired if chosen is None else [])
 
 
 def _rank(c: Candidate):

@@ -71,12 +71,13 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
     ctx.display.update(ctx.view)
     from orchestrator.runs.entrypoint import checkpoint_packages
     from orchestrator.runs.ray_jobs import ray_version  # not `import ray`: a second of imports
+    from orchestrator.planning.software import boot_settings, job_env
 
     request = ClusterRequest(cluster_id=cluster_id, job_id=ctx.job_id, offer=offer, spot=cand.spot, num_nodes=nodes,
                              bootstrap=BootstrapConfig(ray_version=ray_version(),
                                                        python_packages=[*spec.requirements,
                                                                         *checkpoint_packages(ctx.checkpoint)],
-                                                       **watchdog_limits(spec)),
+                                                       **watchdog_limits(spec), **boot_settings(spec, offer)),
                              image=spec.resources.image, owner=owner_identity())
     cluster = None
     try:
@@ -98,7 +99,7 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
     submission = dict(
         entrypoint=entrypoint(spec, local=local, workers=workers), submission_id=f"dlrun-{ctx.job_id}-{attempt}",
         runtime_env=runtime_env(spec, job_id=ctx.job_id, checkpoint=ctx.checkpoint, price_per_hour=price_all,
-                                local=local),
+                                local=local, extra_env=job_env(offer)),
         metadata={"dlrun_job_id": ctx.job_id, "dlrun_name": spec.name, "job_name": spec.name, "backend": offer.cloud,
                   "instance": offer.instance_type, "gpu": f"{offer.accelerator}:{offer.accelerator_count}"
                   if offer.accelerator else "CPU", "spot": str(cand.spot).lower(),

@@ -19,6 +19,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from tests.fakes.aws_images import seed_image_parameters
 from tests.fakes.gce_server import FakeGce
 from tests.fakes.vm.clouds import wait_until
 from tests.fakes.vm.fixtures import vm_support_problem
@@ -45,6 +46,7 @@ env: {{SEED: "0"}}
 
 @pytest.fixture(scope="module")
 def lab(moto_server):
+    seed_image_parameters()  # the public SSM parameters naming the AMIs (moto serves them in this process)
     with VmLab(boot_timeout_s=60) as lab:
         lab.watch_ec2(moto_server, REGION)
         yield lab
@@ -154,6 +156,29 @@ def test_a_failed_boot_is_reported_with_its_log_and_failed_over(env, tmp_path, m
     (job,) = [j["id"] for j in json.loads(dlrun("status", "--json", env=env).stdout)]
     failed = [e for e in status(job, env)["events"] if e["kind"] == "provision_failed"]
     assert len(failed) == len(feasible) and all("boot log" in json.dumps(e["detail"]) for e in failed)
+    assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
+
+
+def test_a_gpu_offer_whose_image_has_no_usable_gpu_fails_its_boot_and_fails_over(env, tmp_path, moto_server, lab,
+                                                                                 dlrun_home):
+    """The lab's image has no NVIDIA driver: each T4 node's boot stops at its GPU check, before Ray starts,
+    and dlrun tries the next candidate instead of training on CPU while a GPU is billed."""
+    spec = tmp_path / "no-gpu.yaml"
+    spec.write_text(JOB.format(name="no-gpu", cloud="aws", region=REGION, spot="never", nodes=1, max_cost=0.09,
+                               batch=64, epochs=20, extra="").replace("num_nodes: 1}", 'num_nodes: 1, accelerators: "T4:1"}'))
+    plan = json.loads(dlrun("plan", str(spec), "--backend", "aws", "--json", env=env).stdout)
+    feasible = [c for c in plan["candidates"] if c["feasible"]]
+    assert len(feasible) == 2 and all(c["software"]["wheel_index"] == "cu130" for c in feasible), feasible
+    r = dlrun("submit", str(spec), "--backend", "aws", env=env)
+    assert r.returncode == 5, r.stderr[-4000:]
+    assert "GPU check: no nvidia-smi on this image (no NVIDIA driver); the offer has 1 GPU(s) of 16 GB" in r.stderr
+    assert "Traceback" not in r.stderr
+    (job,) = [j["id"] for j in json.loads(dlrun("status", "--json", env=env).stdout) if j["name"] == "no-gpu"]
+    failed = [e for e in status(job, env)["events"] if e["kind"] == "provision_failed"]
+    assert len(failed) == 2 and all("GPU check" in json.dumps(e["detail"]) for e in failed)
+    for inst in instances(moto_server, job):
+        console = ec2(moto_server).get_console_output(InstanceId=inst["InstanceId"]).get("Output", "")
+        assert "dlrun boot failed: GPU check" in console and "ray.scripts.scripts start" not in console
     assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
 
 

@@ -1,0 +1,59 @@
+"""The boot script's torch install and GPU check: torch from the planned wheel index, then, on a GPU
+offer, `nvidia-smi` must show the offer's GPU count and memory and `torch.cuda.is_available()` must hold
+in the venv, before Ray starts; otherwise the boot fails with the reason ($NODE_DIR/failed), so that dlrun
+tries the next candidate instead of training on CPU while a GPU is billed."""
+from __future__ import annotations
+
+import shlex
+
+from infra.base import BootstrapConfig
+
+# nvidia-smi reports a little less than the board's nominal memory (a 16 GB T4 shows 15360 MiB)
+MEMORY_SHARE = 0.9
+
+
+def is_torch(requirement: str) -> bool:
+    name = requirement.strip().split(";")[0]
+    for stop in "<>=!~[ @":
+        name = name.split(stop)[0]
+    return name.strip().lower() == "torch"
+
+
+def torch_install(cfg: BootstrapConfig, pip: str) -> list[str]:
+    """The pip command that installs the planned torch (nothing when no torch is planned)."""
+    if not cfg.torch_requirement:
+        return []
+    req = shlex.quote(cfg.torch_requirement)
+    index = f" --index-url {shlex.quote(cfg.torch_index_url)}" if cfg.torch_index_url else ""
+    what = f"{cfg.torch_requirement} from {cfg.torch_index_url or 'the default index'}"
+    return [f"{pip} install{index} {req} || fail {shlex.quote('pip could not install ' + what)}"]
+
+
+def nvidia_smi_check(cfg: BootstrapConfig) -> list[str]:
+    if cfg.gpu_count <= 0:
+        return []
+    want, min_mib = int(cfg.gpu_count), int(cfg.gpu_memory_gb * 1024 * MEMORY_SHARE)
+    offer = f"{want} GPU(s) of {cfg.gpu_memory_gb:g} GB"
+    return [
+        f"command -v nvidia-smi >/dev/null || fail {shlex.quote(f'GPU check: no nvidia-smi on this image (no NVIDIA driver); the offer has {offer}')}",
+        'SMI=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits 2>&1) '
+        f"|| fail \"GPU check: nvidia-smi failed: $(printf '%s' \"$SMI\" | head -c 300 | tr '\\n' ' ')\"",
+        'echo "nvidia-smi: $SMI"',
+        "GPUS=$(printf '%s\\n' \"$SMI\" | grep -c . || true)",
+        f'[ "$GPUS" -ge {want} ] || fail "GPU check: nvidia-smi shows $GPUS GPU(s), the offer has {want}: '
+        "$(printf '%s' \"$SMI\" | tr '\\n' ';')\"",
+        f"printf '%s\\n' \"$SMI\" | awk -F', *' -v min={min_mib} '($2 + 0) < min {{bad = 1}} END {{exit bad}}' "
+        f"|| fail \"GPU check: a GPU has less than {min_mib} MiB (the offer's {cfg.gpu_memory_gb:g} GB): "
+        "$(printf '%s' \"$SMI\" | tr '\\n' ';')\"",
+    ]
+
+
+def torch_cuda_check(cfg: BootstrapConfig, python: str) -> list[str]:
+    if cfg.gpu_count <= 0:
+        return []
+    probe = ("import sys, torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
+             "print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'GPUs', n); "
+             f"sys.exit(0 if n >= {int(cfg.gpu_count)} else 1)")
+    why = (f"GPU check: torch.cuda.is_available() is false in the venv ({cfg.torch_requirement or 'torch'} from "
+           f"{cfg.torch_index_url or 'the default index'}): this driver does not run that torch's CUDA")
+    return [f"{python} -c {shlex.quote(probe)} || fail {shlex.quote(why)}"]

@@ -1,0 +1,172 @@
+"""The job's software on each offer: which torch it needs, whether an offer's GPU can run it, and the
+notes a plan carries about retired GPUs and old prices. The tables live in infra/software.py."""
+from __future__ import annotations
+
+import datetime as dt
+from functools import lru_cache
+
+from infra import software as sw
+from infra.catalog import Offer
+
+PRICE_MAX_AGE_DAYS = 90
+# what the built-in jobs run with when the job pins no torch: the client's own release
+FALLBACK_TORCH = "2.13.0"
+
+
+@lru_cache(maxsize=1)
+def client_torch() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch").split("+")[0]
+    except PackageNotFoundError:
+        return FALLBACK_TORCH
+
+
+def job_torch(requirements: list[str]) -> tuple[str, str]:
+    """(torch version planned, pip requirement) from the job's `requirements`, or the client's torch."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for line in requirements:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() != "torch" or not str(req.specifier):
+            continue
+        exact = [s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
+        if exact:
+            return exact[0], f"torch{req.specifier}"
+        chosen = [m for m in sw.torch_minors() if req.specifier.contains(f"{m}.0", prereleases=False)]
+        if chosen:  # newest minor the range allows; pip takes its newest patch within the range
+            minor = chosen[-1]
+            return f"{minor}.0", f"torch{req.specifier},=={minor}.*"
+        return str(req.specifier), f"torch{req.specifier}"
+    v = client_torch()
+    return v, f"torch=={v}"
+
+
+def _local(offer: Offer) -> bool:
+    return offer.cloud == "local"  # this machine runs the torch it has
+
+
+def software_for(spec, offer: Offer) -> sw.SoftwarePlan:
+    """Raises sw.Unsupported when the offer cannot run the job's torch."""
+    version, requirement = job_torch(list(spec.requirements))
+    plan = sw.software_plan(offer.cloud, offer.accelerator, version, requirement)
+    image = getattr(spec.resources, "image", None)
+    if image:  # the user's image overrides the table's; the wheels still follow the GPU
+        from dataclasses import replace
+
+        plan = replace(plan, image=image, image_resolver="job file resources.image")
+    return plan
+
+
+def exclusion_reason(spec, offer: Offer) -> str | None:
+    """Why the job's software rules an offer out (retired family, no torch wheel for its GPU), or None."""
+    if _local(offer):  # this machine's driver is what it is: only ask whether any build of the torch has its arch
+        if not offer.accelerator or sw.generation(offer.accelerator) is None:
+            return None
+        try:
+            sw.choose_wheels(offer.accelerator, job_torch(list(spec.requirements))[0])
+        except sw.Unsupported as e:
+            return str(e)
+        return None
+    retired = sw.retirement(offer.cloud, offer.instance_type, offer.accelerator)
+    if retired:
+        return f"{retired.short()}; never launched"
+    try:
+        software_for(spec, offer)
+    except sw.Unsupported as e:
+        return str(e)
+    return None
+
+
+def boot_settings(spec, offer: Offer) -> dict:
+    """BootstrapConfig fields for a cloud node: the planned torch and its index, the GPUs to check."""
+    if _local(offer):
+        return {}
+    try:
+        plan = software_for(spec, offer)
+    except sw.Unsupported:  # the planner excluded it; a forced launch still checks the GPU
+        return {"gpu_count": offer.accelerator_count if offer.accelerator else 0,
+                "gpu_memory_gb": offer.gpu_memory_gb}
+    return {"torch_requirement": plan.torch_requirement, "torch_index_url": plan.index_url,
+            "gpu_count": offer.accelerator_count if offer.accelerator else 0, "gpu_memory_gb": offer.gpu_memory_gb}
+
+
+EXPECT_GPU_ENV = "DLRUN_EXPECT_GPU"  # read by jobs/train.py: never fall back to CPU on a GPU offer
+
+
+def job_env(offer: Offer) -> dict[str, str]:
+    return {EXPECT_GPU_ENV: "1"} if offer.accelerator else {}
+
+
+def software_json(spec, offer: Offer) -> dict | None:
+    """The candidate's software plan for `dlrun plan --json` (None for this machine)."""
+    if _local(offer):
+        return None
+    try:
+        return software_for(spec, offer).to_json()
+    except sw.Unsupported as e:
+        return {"unsupported": str(e)}
+
+
+# --- notes ----------------------------------------------------------------------------------------
+
+def retired_wish_notes(spec, candidates) -> list[str]:
+    """For a wish of a retired GPU: say so, and name the nearest current offer (price and time)."""
+    notes = []
+    for wish in spec.resources.accelerator_wishes or []:
+        gone = sw.retirements_of(wish.name)
+        if not gone:
+            continue
+        current = [c for c in candidates if c.offer.accelerator and c.offer.cloud in spec.resources.clouds
+                   and exclusion_reason(spec, c.offer) is None and c.estimate.fits
+                   and c.offer.accelerator_count >= wish.count and not (c.reason or "").startswith("blocked")]
+        say = (f"{wish.name} is retired: " + "; ".join(r.short() for r in gone)
+               + " (sources: configs/catalog/retired.csv)")
+        if current:
+            best = min(current, key=lambda c: (c.estimate.cost, c.estimate.hours, c.offer.key, c.spot))
+            o = best.offer
+            gpu = f"{o.accelerator_count}×{o.accelerator}" if o.accelerator_count > 1 else o.accelerator
+            say += (f". Nearest current offer: {o.cloud} {o.region} {o.instance_type} {gpu}"
+                    f"{' spot' if best.spot else ''} at ${o.hourly(best.spot):.2f}/h, est. {best.estimate.hours:.2f} h "
+                    f"for ${best.estimate.cost:.2f}; ask for `accelerators: {o.accelerator}:{wish.count}`")
+        notes.append(say)
+    return notes
+
+
+def chosen_note(chosen) -> str | None:
+    """One line saying what the chosen cloud node will boot and install (so anyone can check it)."""
+    s = chosen.software if chosen is not None else None
+    if not s or "unsupported" in s:
+        return None
+    gpu = f"driver R{s['driver_branch']}+, CUDA {s['cuda']}, " if s.get("cuda") else ""
+    return (f"software: {s['image']} ({s['image_resolver']}), {gpu}{s['torch_requirement']} from "
+            f"{s['index_url']}")
+
+
+def price_age_note(candidates, today: dt.date | None = None) -> str | None:
+    """A warning when the prices the plan used are older than PRICE_MAX_AGE_DAYS."""
+    today = today or dt.date.today()
+    dates = set()
+    for c in candidates:
+        if c.offer.cloud == "local" or not c.eligible:
+            continue
+        d = c.offer.spot_price_date if c.spot else c.offer.price_date
+        try:
+            dates.add(dt.date.fromisoformat(d))
+        except (TypeError, ValueError):
+            continue
+    if not dates:
+        return None
+    oldest = min(dates)
+    age = (today - oldest).days
+    if age <= PRICE_MAX_AGE_DAYS:
+        return None
+    return (f"prices are old: the oldest used is dated {oldest.isoformat()} ({age} days, more than "
+            f"{PRICE_MAX_AGE_DAYS}); refresh spot prices with `dlrun catalog refresh` and on-demand prices in "
+            "configs/catalog/offers.csv (or point DLRUN_CATALOG_DIR at a newer catalog)")
+
+
