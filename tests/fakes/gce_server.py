@@ -1,7 +1,8 @@
 """A small stateful fake of the Compute Engine REST API, for the real google-cloud-compute client.
 
 Serves the endpoints dlrun uses (instances insert/get/list/delete/getSerialPortOutput, zone
-operations get/wait/list, firewalls insert/get/list/delete, global operations get/wait) on 127.0.0.1,
+operations get/wait/list, firewalls insert/get/list/delete, global operations get/wait; projects.get,
+networks, subnetworks and region operations in gce_network.py) on 127.0.0.1,
 validates request bodies the way GCE does, and answers with GCE-shaped Operation and error JSON.
 Faults are injected through methods on FakeGce: stockout(zone), quota(metric), forbid(), preempt(instance);
 guest_shutdown(instance) is what GCE does when the VM's OS powers itself off (the VM harness calls it).
@@ -329,6 +330,9 @@ def _validate_instance(zone: str, body: dict) -> None:
     if has_gpu and scheduling.get("onHostMaintenance") != "TERMINATE":
         raise bad_request("Instances with guest accelerators do not support live migration: "
                           "scheduling.onHostMaintenance must be TERMINATE.")
+    max_run = int((scheduling.get("maxRunDuration") or {}).get("seconds", 0))
+    if max_run and not (30 <= max_run <= 120 * 86400 and scheduling.get("instanceTerminationAction")):
+        raise bad_request("scheduling.maxRunDuration must be 30 s to 120 days, with instanceTerminationAction.")
     if scheduling.get("provisioningModel") == "SPOT" and scheduling.get("automaticRestart", True):
         raise bad_request("Invalid value for field 'resource.scheduling.automaticRestart': 'true'. "
                           "Spot instances cannot be automatically restarted.")
