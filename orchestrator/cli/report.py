@@ -77,7 +77,7 @@ def cost_report(as_json):
 @click.option("--metrics", is_flag=True, help="also start Prometheus and Grafana when installed")
 @click.option("--no-login", is_flag=True, help="print the plain dashboard URL (the browser asks for the token)")
 def dashboard(job_id, open_browser, metrics, no_login):
-    """The Ray dashboard of JOB's cluster (local, or through an SSH tunnel to a cloud head).
+    """The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head).
 
     Prints a one-use link that logs the browser in (the cluster's Ray token, as the dashboard's own
     cookie) and lands on the dashboard; it waits until the link is opened (5 minutes at most)."""
