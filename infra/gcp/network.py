@@ -22,9 +22,10 @@ NAME_PREFIX = "dlrun-"
 SSH_USER = "dlrun"
 NETWORK = "dlrun"
 NETWORK_DESCRIPTION = "dlrun: the network of dlrun's clusters (shared and reused; dlrun never deletes it)"
-# one /20 per region; regions not listed get a /20 of 10.64.0.0/10 picked by a hash of their name
-SUBNET_RANGES = {"us-central1": "10.200.0.0/20", "us-west1": "10.200.16.0/20", "us-east1": "10.200.32.0/20",
-                 "europe-west4": "10.200.48.0/20"}
+# one /20 per region, outside 10.128.0.0/9 (auto-mode networks' ranges, so `default` could be peered);
+# regions not listed get a /20 of 10.64.0.0/10 picked by a hash of their name
+SUBNET_RANGES = {"us-central1": "10.32.0.0/20", "us-west1": "10.32.16.0/20", "us-east1": "10.32.32.0/20",
+                 "europe-west4": "10.32.48.0/20"}
 _SLUG_MAX = 40  # leaves room for "dlrun-" and suffixes such as "-internal" within GCE's 63
 
 
