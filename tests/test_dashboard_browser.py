@@ -72,16 +72,28 @@ def _wait_text(drv, needles: list[str], timeout: float = 45.0) -> str:
 
 
 def test_jobs_page_lists_the_job_and_detail_shows_metadata(browser, ray_head, job, tmp_path):
+    from infra.login import LoginLink
+    from selenium.webdriver.common.by import By
+
     sub = job["ray_submission_id"]
-    # the head runs with token auth: log the browser in as a user does (the dashboard's token cookie)
+    # the head runs with token auth: without a login the dashboard's API refuses the browser
     browser.get(f"{ray_head.dashboard_url}/api/version")
-    browser.add_cookie({"name": "ray-authentication-token", "value": Path(os.environ["RAY_AUTH_TOKEN_PATH"])
-                        .read_text().strip(), "path": "/"})
-    browser.get(f"{ray_head.dashboard_url}/#/jobs")
-    try:
-        text = _wait_text(browser, [sub])
-    finally:
-        browser.save_screenshot(str(tmp_path / "jobs.png"))
+    browser.delete_all_cookies()
+    browser.get(f"{ray_head.dashboard_url}/api/jobs/")
+    assert "Unauthorized" in browser.find_element(By.TAG_NAME, "body").text
+    # `dlrun dashboard`'s one-use link logs it in and lands on the page it names
+    token = Path(os.environ["RAY_AUTH_TOKEN_PATH"]).read_text().strip()
+    with LoginLink(f"{ray_head.dashboard_url}/#/jobs", token) as link:
+        assert token not in link.url
+        browser.get(link.url)
+        assert link.wait(0)
+        try:
+            text = _wait_text(browser, [sub])
+        finally:
+            browser.save_screenshot(str(tmp_path / "jobs.png"))
+        assert browser.current_url.startswith(ray_head.dashboard_url)
+        browser.get(link.url)  # used once: no second login
+        assert "already used" in browser.find_element(By.TAG_NAME, "body").text
     row = next(line for line in text.splitlines() if sub in line)
     assert "SUCCEEDED" in text, row
     assert "jobs.cnn" in text  # the entrypoint column
@@ -99,8 +111,6 @@ def test_jobs_page_lists_the_job_and_detail_shows_metadata(browser, ray_head, jo
     assert "SUCCEEDED" in text
 
     # "Expand" opens the metadata in a dialog (the inline preview is cut to one line)
-    from selenium.webdriver.common.by import By
-
     expand = browser.find_elements(By.XPATH, "//*[normalize-space(text())='Expand']")
     assert expand, "no Expand button next to the metadata"
     expand[-1].click()

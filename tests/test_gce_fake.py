@@ -16,6 +16,7 @@ ZONE = "us-central1-a"
 @pytest.fixture
 def gce():
     with FakeGce() as fake:
+        fake.add_default_network()
         yield fake
 
 

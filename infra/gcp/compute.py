@@ -3,6 +3,11 @@
 GPU rules of the real API: N1 machine types take GPUs as `guestAccelerators` (type URL in the same
 zone); accelerator-optimized families (a2, a3, g2) come with their GPUs and must not list them; any
 VM with a GPU cannot live-migrate, so `onHostMaintenance` is TERMINATE.
+
+Hard ceiling: when the job has a deadline, every instance (on-demand or spot) carries
+`scheduling.maxRunDuration` with `instanceTerminationAction: DELETE`, so GCE itself deletes it even if
+the node's own watchdog (infra/vm/watchdog.sh, at max_run_s) never runs. GCE allows 30 s to 120 days
+(cloud.google.com/compute/docs/instances/limit-vm-runtime, "Limitations").
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from google.cloud import compute_v1
 from infra.gcp.images import image_for
 from infra.base import TAG_CLUSTER, TAG_JOB, TAG_OWNER, ClusterRequest, ProvisionError
 from infra.identity import owner_identity
-from infra.gcp.network import SSH_USER, cluster_tag, slug
+from infra.gcp.network import SSH_USER, cluster_tag, network_link, slug, subnetwork_link
 from infra.catalog import gpu_spec
 
 # zones dlrun tries, in order, per region (GPU zones from cloud.google.com/compute/docs/gpus/gpu-regions-zones)
@@ -29,6 +34,9 @@ TAG_ROLE = "dlrun-role"
 META_CLUSTER_ID = "dlrun-cluster-id"
 META_JOB_ID = "dlrun-job-id"
 META_PRICE = "dlrun-price-per-hour"
+# GCE deletes the instance this long after the node's own watchdog should have powered it off
+CEILING_MARGIN_S = 600
+MAX_RUN_DURATION_S = (30, 120 * 24 * 3600)
 
 
 def label_value(value: str) -> str:
@@ -59,15 +67,21 @@ def accelerators_for(request: ClusterRequest, zone: str, project: str) -> list[c
         accelerator_count=offer.accelerator_count)]
 
 
-def scheduling_for(spot: bool) -> compute_v1.Scheduling:
+def scheduling_for(spot: bool, max_run_s: int = 0) -> compute_v1.Scheduling:
     if spot:
-        return compute_v1.Scheduling(provisioning_model="SPOT", instance_termination_action="DELETE",
-                                     automatic_restart=False, on_host_maintenance="TERMINATE")
-    return compute_v1.Scheduling(provisioning_model="STANDARD", automatic_restart=True,
-                                 on_host_maintenance="TERMINATE")
+        scheduling = compute_v1.Scheduling(provisioning_model="SPOT", instance_termination_action="DELETE",
+                                           automatic_restart=False, on_host_maintenance="TERMINATE")
+    else:
+        scheduling = compute_v1.Scheduling(provisioning_model="STANDARD", automatic_restart=True,
+                                           on_host_maintenance="TERMINATE")
+    if max_run_s > 0:
+        low, high = MAX_RUN_DURATION_S
+        scheduling.max_run_duration = compute_v1.Duration(seconds=min(max(max_run_s + CEILING_MARGIN_S, low), high))
+        scheduling.instance_termination_action = "DELETE"
+    return scheduling
 
 
-def instance_body(request: ClusterRequest, *, name: str, zone: str, project: str, network: str,
+def instance_body(request: ClusterRequest, *, name: str, zone: str, project: str,
                   is_head: bool, script: str, ssh_public_key: str) -> compute_v1.Instance:
     offer = request.offer
     metadata = {"startup-script": script, "ssh-keys": f"{SSH_USER}:{ssh_public_key}",
@@ -82,10 +96,10 @@ def instance_body(request: ClusterRequest, *, name: str, zone: str, project: str
                 source_image=image_for(request), disk_size_gb=BOOT_DISK_GB,
                 disk_type=f"zones/{zone}/diskTypes/pd-balanced"))],
         network_interfaces=[compute_v1.NetworkInterface(
-            network=network,
+            network=network_link(project), subnetwork=subnetwork_link(project, offer.region),
             access_configs=[compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")])],
         guest_accelerators=accelerators_for(request, zone, project),
-        scheduling=scheduling_for(request.spot),
+        scheduling=scheduling_for(request.spot, request.bootstrap.max_run_s if request.bootstrap else 0),
         labels=labels_for(request, is_head=is_head),
         tags=compute_v1.Tags(items=[cluster_tag(request.cluster_id)]),
         metadata=compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v) for k, v in metadata.items()]),

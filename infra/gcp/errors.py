@@ -5,8 +5,13 @@ inserts, inside the finished Operation (`error.errors[].code`, `httpErrorStatusC
 stockout is `503 ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS]` in the operation, a quota is
 `QUOTA_EXCEEDED` (403) naming the metric. Quota and stockout are classified before the HTTP status,
 since both can carry 403/503 codes that would otherwise read as credentials/transient problems.
+A zone that does not offer the GPU or machine type rejects the insert with 400 ("The resource
+'projects/P/zones/Z/acceleratorTypes/T' was not found", e.g. hashicorp/terraform-provider-google#5860;
+"Machine type with name 'M' does not exist in zone 'Z'"): like a stockout, that is the next zone's turn.
 """
 from __future__ import annotations
+
+import re
 
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
@@ -19,6 +24,7 @@ CAPACITY_MARKERS = ("ZONE_RESOURCE_POOL_EXHAUSTED", "does not have enough resour
                     "RESOURCE_POOL_EXHAUSTED")
 QUOTA_MARKERS = ("QUOTA_EXCEEDED", "quotaExceeded", "Quota '")
 GLOBAL_QUOTA_MARKERS = ("GPUS_ALL_REGIONS", "globally")
+NOT_IN_ZONE = re.compile(r"does not exist in zone|zones/[^/]+/(acceleratorTypes|machineTypes)/[^' ]+' was not found")
 
 
 def classify(status: int | None, codes: list[str], message: str, *, region: str = "",
@@ -27,6 +33,8 @@ def classify(status: int | None, codes: list[str], message: str, *, region: str 
     text = " ".join([*codes, message])
     where = dict(cloud="gcp", region=region, zone=zone)
     subject = f"{what} in {zone or region}" if what else (zone or region or "GCP")
+    if NOT_IN_ZONE.search(text):
+        return CapacityError(f"GCP does not offer {subject}: {message}", **where)
     if any(m in text for m in CAPACITY_MARKERS):
         return CapacityError(f"GCP has no capacity for {subject}: {message}", **where)
     if any(m in text for m in QUOTA_MARKERS):

@@ -1,7 +1,10 @@
 """GCP backend: Compute Engine VMs (on-demand or SPOT, guest or built-in GPUs) with google-cloud-compute.
 
-The region's zones are tried in order (DEFAULT_ZONES, overridable); the launch order, rollback and
-zone failover are infra/vm/provider.py's, this file is the Compute Engine calls. Every instance
+The region's zones that offer the GPU are tried in order (DEFAULT_ZONES, overridable, filtered by
+infra/gcp/zones.py); the launch order, rollback and zone failover are infra/vm/provider.py's, this file
+is the Compute Engine calls. Clusters live on dlrun's own network (infra/gcp/network.py), made on the
+first launch in a region and kept. A project with OS Login on is refused before anything is made: its
+VMs ignore the `ssh-keys` metadata dlrun reaches its nodes with. Every instance
 carries dlrun's labels, so launch is idempotent by cluster id (a half-made cluster is finished in
 its zone) and list_owned() finds leftovers for `dlrun down --orphans`.
 """
@@ -20,6 +23,7 @@ from google.cloud import compute_v1
 from infra.base import (TAG_CLUSTER, BootstrapConfig, Cluster, ClusterRequest, CredentialsError, NodeState,
                         ProviderError, ProvisionError)
 from infra.gcp import errors as gcp_errors, network as net
+from infra.gcp.zones import zones_for
 from infra.gcp.compute import (DEFAULT_ZONES, META_CLUSTER_ID, META_JOB_ID, META_PRICE, addresses_of,
                                instance_body, instance_names, metadata_of)
 from infra.gcp.records import cluster_from_instances, node_state
@@ -34,7 +38,6 @@ PREEMPTED_OPERATION = "compute.instances.preempted"
 
 class GcpProvider(VmProvider):
     name = "gcp"
-    network = "global/networks/default"
     operation_timeout_s = 600.0
 
     def __init__(self, project: str | None = None, credentials=None, api_endpoint: str | None = None,
@@ -46,6 +49,8 @@ class GcpProvider(VmProvider):
         self.zone_table = {**DEFAULT_ZONES, **(zones or {})}
         self._clients: dict[str, object] | None = None
         self._terminated: set[str] = set()
+        self._access_checked = False
+        self._networked: set[str] = set()  # regions whose network and subnet are known to exist
 
     # ---------------------------------------------------------------- clients
     @property
@@ -77,7 +82,11 @@ class GcpProvider(VmProvider):
         self._clients = {"instances": compute_v1.InstancesClient(**kw),
                          "zone_ops": compute_v1.ZoneOperationsClient(**kw),
                          "firewalls": compute_v1.FirewallsClient(**kw),
-                         "global_ops": compute_v1.GlobalOperationsClient(**kw)}
+                         "global_ops": compute_v1.GlobalOperationsClient(**kw),
+                         "networks": compute_v1.NetworksClient(**kw),
+                         "subnetworks": compute_v1.SubnetworksClient(**kw),
+                         "region_ops": compute_v1.RegionOperationsClient(**kw),
+                         "projects": compute_v1.ProjectsClient(**kw)}
         return self._clients
 
     def _c(self, name: str):
@@ -85,6 +94,25 @@ class GcpProvider(VmProvider):
 
     def check_credentials(self) -> None:
         self._connect()  # application default credentials and a project, or CredentialsError
+        self._check_ssh_access()
+
+    def _check_ssh_access(self) -> None:
+        """Refuse an OS Login project (exit 4, like any access dlrun is refused) before anything is made."""
+        if self._access_checked:
+            return
+        project = self._c("projects").get(project=self.project)
+        metadata = project.common_instance_metadata
+        items = {i.key.lower(): i.value for i in (metadata.items if metadata else [])}
+        if items.get("enable-oslogin", "").strip().upper() == "TRUE":
+            raise CredentialsError(
+                f"GCP project {self.project} turns on OS Login (enable-oslogin=TRUE in its common metadata), "
+                "which ignores the per-cluster SSH key dlrun gives its VMs and dlrun does not use OS Login "
+                "keys: use a project without OS Login, or ask its admin to remove enable-oslogin", cloud="gcp")
+        self._access_checked = True
+
+    def offers(self):
+        return [o for o in super().offers() if o.region not in self.zone_table
+                or zones_for(o, self.zone_table[o.region])]
 
     # ---------------------------------------------------------------- launch (VmProvider hooks)
     def to_provider_error(self, e: BaseException, **where) -> ProviderError:
@@ -98,13 +126,18 @@ class GcpProvider(VmProvider):
     def zones(self, region: str) -> list[str]:
         return self.zone_table[region]
 
+    def zones_for(self, request: ClusterRequest) -> list[str]:
+        return zones_for(request.offer, self.zone_table[request.offer.region])
+
     def find(self, request: ClusterRequest) -> Found | None:
         existing = self._find_instances(request.cluster_id, self.zone_table[request.offer.region])
         # a half-made cluster is finished where it is (never complete here: launch_in_zone waits for it)
         return Found(None, complete=False, zones=list(existing), instances=existing) if existing else None
 
     def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> dict:
-        for rule in net.firewall_rules(request.cluster_id, ssh_cidr, self.network):
+        self._check_ssh_access()
+        self._ensure_network(request.offer.region)
+        for rule in net.firewall_rules(request.cluster_id, ssh_cidr, net.network_link(self.project)):
             try:
                 op = self._c("firewalls").insert(project=self.project, firewall_resource=rule)
             except gexc.Conflict:
@@ -116,6 +149,29 @@ class GcpProvider(VmProvider):
         _, public_key = ensure_cluster_key(request.cluster_id, comment=net.SSH_USER)
         return dict(public_key=public_key,
                     cfg=request.bootstrap or BootstrapConfig(ray_version=local_ray_version("gcp")))
+
+    def _ensure_network(self, region: str) -> None:
+        """dlrun's network and this region's subnet: made once (by whichever launch comes first), then reused."""
+        if region in self._networked:
+            return
+        try:
+            self._c("networks").get(project=self.project, network=net.NETWORK)
+        except gexc.NotFound:
+            try:
+                self._wait(self._c("networks").insert(project=self.project,
+                                                      network_resource=net.network_resource()).name, None)
+            except gexc.Conflict:
+                pass  # another launch made it meanwhile
+        try:
+            self._c("subnetworks").get(project=self.project, region=region, subnetwork=net.subnetwork_name(region))
+        except gexc.NotFound:
+            try:
+                op = self._c("subnetworks").insert(project=self.project, region=region,
+                                                   subnetwork_resource=net.subnetwork_resource(self.project, region))
+                self._wait(op.name, None, region=region)
+            except gexc.Conflict:
+                pass
+        self._networked.add(region)
 
     def launch_in_zone(self, request: ClusterRequest, zone: str, prepared: dict, existing,
                        created: Created) -> Cluster:
@@ -147,7 +203,7 @@ class GcpProvider(VmProvider):
 
     def _insert(self, request: ClusterRequest, zone: str, name: str, is_head: bool, script: str,
                 public_key: str, created: Created) -> str:
-        body = instance_body(request, name=name, zone=zone, project=self.project, network=self.network,
+        body = instance_body(request, name=name, zone=zone, project=self.project,
                              is_head=is_head, script=script, ssh_public_key=public_key)
         op = self._c("instances").insert(project=self.project, zone=zone, instance_resource=body)
         created.instances.append((zone, name))
@@ -164,8 +220,8 @@ class GcpProvider(VmProvider):
             remove_cluster_key(created.key)
         created.instances, created.firewalls, created.key = [], [], ""
 
-    def _wait(self, op_name: str, zone: str | None, *, what: str = "") -> None:
-        """Wait for a zone (or global) operation; raise its error mapped to a provider error.
+    def _wait(self, op_name: str, zone: str | None, *, what: str = "", region: str = "") -> None:
+        """Wait for a zone (or region, or global) operation; raise its error mapped to a provider error.
 
         Not ExtendedOperation.result(): its poller is a ZoneOperationsClient the library makes
         itself, without our client_options (endpoint), and it ignores an `error` without HTTP status.
@@ -174,6 +230,8 @@ class GcpProvider(VmProvider):
         while True:
             if zone:
                 op = self._c("zone_ops").wait(project=self.project, zone=zone, operation=op_name)
+            elif region:
+                op = self._c("region_ops").wait(project=self.project, region=region, operation=op_name)
             else:
                 op = self._c("global_ops").wait(project=self.project, operation=op_name)
             if op.status == compute_v1.Operation.Status.DONE:
@@ -181,7 +239,7 @@ class GcpProvider(VmProvider):
             if time.monotonic() > deadline:  # each wait() call itself blocks up to two minutes
                 raise ProvisionError(f"GCP operation {op_name} not done after {self.operation_timeout_s:.0f}s",
                                      cloud="gcp", zone=zone or "")
-        region = zone.rsplit("-", 1)[0] if zone else ""
+        region = zone.rsplit("-", 1)[0] if zone else region
         error = gcp_errors.from_operation(op, region=region, zone=zone or "", what=what)
         if error:
             raise error

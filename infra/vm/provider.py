@@ -83,7 +83,7 @@ class VmProvider:
     def _launch(self, request: ClusterRequest, ssh_cidr: str, existing, created: Created) -> Cluster:
         region, what = request.offer.region, request.offer.instance_type
         prepared = self.prepare(request, ssh_cidr, created)
-        zones = existing.zones if existing is not None and existing.zones else self.zones(region)
+        zones = existing.zones if existing is not None and existing.zones else self.zones_for(request)
         failures: list[str] = []
         for zone in zones:
             try:
@@ -150,6 +150,10 @@ class VmProvider:
 
     def zones(self, region: str) -> list[str]:
         raise NotImplementedError
+
+    def zones_for(self, request: ClusterRequest) -> list[str]:
+        """The zones to try for this request, in order (a cloud may skip zones that lack the offer)."""
+        return self.zones(request.offer.region)
 
     def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created):
         """Firewall/group and key; returns what launch_in_zone needs."""

@@ -75,15 +75,19 @@ def cost_report(as_json):
 @click.argument("job_id", required=False)
 @click.option("--open", "open_browser", is_flag=True, help="open it in a browser")
 @click.option("--metrics", is_flag=True, help="also start Prometheus and Grafana when installed")
-def dashboard(job_id, open_browser, metrics):
-    """The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head)."""
+@click.option("--no-login", is_flag=True, help="print the plain dashboard URL (the browser asks for the token)")
+def dashboard(job_id, open_browser, metrics, no_login):
+    """The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head).
+
+    Prints a one-use link that logs the browser in (the cluster's Ray token, as the dashboard's own
+    cookie) and lands on the dashboard; it waits until the link is opened (5 minutes at most)."""
     import json as _json
 
     from infra import capabilities
     from orchestrator.state.db import default_store
 
     store = default_store()
-    tunnel = None
+    tunnel, base = None, None
     if job_id:
         row = store.get_job(job_id)
         if row is None:
@@ -98,28 +102,37 @@ def dashboard(job_id, open_browser, metrics):
 
             tunnel = get_provider(row["backend"]).connect(Cluster.from_dict(_json.loads(cluster["cluster_json"])))
             url = tunnel.address
+        base = url
         if url:
             url = f"{url}/#/jobs/{row['ray_submission_id']}" if row["ray_submission_id"] else url
     else:
         from orchestrator.runs.teardown import local_head
 
         url, ours = local_head()
+        base = url
         if url and not ours:
             click.echo("(a Ray head dlrun did not start; dlrun attaches to it for local jobs)", err=True)
-        elif url:
-            from infra.auth import LOCAL, token_path
-
-            click.echo(f"(the dashboard asks once for the head's token: it is in {token_path(LOCAL)})", err=True)
     if not url:
         raise UsageError("no Ray dashboard is up: no local Ray head answers; `dlrun submit` starts one")
-    click.echo(url)
+    login = None if no_login else _login_link(url, tunnel.headers if tunnel else None, base)
+    click.echo(login.url if login else url)
+    if login:
+        click.echo(f"(a one-use link that logs this browser in and opens {url}; it waits up to "
+                   f"{login.ttl_s / 60:.0f} minutes for it, Ctrl-C stops)", err=True)
     if metrics:
         for line in start_metrics_stack():
             click.echo(line)
     if open_browser:
         import webbrowser
 
-        webbrowser.open(url)
+        webbrowser.open(login.url if login else url)
+    if login is not None and tunnel is None:
+        try:
+            login.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            login.close()
     if tunnel is not None:
         click.echo("(tunnel open; Ctrl-C closes it)")
         try:
@@ -129,6 +142,21 @@ def dashboard(job_id, open_browser, metrics):
             pass
         finally:
             tunnel.close()
+
+
+def _login_link(url: str, headers: dict | None, base: str):
+    """A started LoginLink to url with the token dlrun holds for that head (a cloud cluster's, or its own
+    local head's), or None: a head dlrun did not start (its token is the user's business), or one
+    elsewhere than this machine's loopback."""
+    from infra.local.head import local_head_headers
+    from infra.login import LoginLink, can_log_in
+
+    if headers is None:
+        headers = local_head_headers(base)
+    token = (headers or {}).get("Authorization", "").removeprefix("Bearer ").strip()
+    if not token or not can_log_in(url):
+        return None
+    return LoginLink(url, token).start()
 
 
 PROMETHEUS_PORT = 9090  # where the Ray dashboard looks for them by default (RAY_PROMETHEUS_HOST,

@@ -1,7 +1,8 @@
 """A small stateful fake of the Compute Engine REST API, for the real google-cloud-compute client.
 
 Serves the endpoints dlrun uses (instances insert/get/list/delete/getSerialPortOutput, zone
-operations get/wait/list, firewalls insert/get/list/delete, global operations get/wait) on 127.0.0.1,
+operations get/wait/list, firewalls insert/get/list/delete, global operations get/wait; projects.get,
+networks, subnetworks and region operations in gce_network.py) on 127.0.0.1,
 validates request bodies the way GCE does, and answers with GCE-shaped Operation and error JSON.
 Faults are injected through methods on FakeGce: stockout(zone), quota(metric), forbid(), preempt(instance);
 guest_shutdown(instance) is what GCE does when the VM's OS powers itself off (the VM harness calls it).
@@ -22,25 +23,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 from urllib.parse import parse_qs, urlparse
 
+from tests.fakes.gce_errors import NAME_RE, ApiError, bad_request
+from tests.fakes.gce_network import NetworkApi
+
 PREFIX = "/compute/v1/projects/"
 LABEL_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
 LABEL_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 BUILT_IN_GPU_FAMILIES = ("a2-", "a3-", "g2-")  # accelerator-optimized: GPUs come with the machine
-
-
-class ApiError(Exception):
-    def __init__(self, code: int, message: str, reason: str):
-        super().__init__(message)
-        self.code, self.message, self.reason = code, message, reason
-
-    def body(self) -> dict:
-        return {"error": {"code": self.code, "message": self.message,
-                          "errors": [{"message": self.message, "domain": "global", "reason": self.reason}]}}
-
-
-def bad_request(message: str) -> ApiError:
-    return ApiError(400, message, "invalid")
 
 
 @dataclass
@@ -51,10 +40,14 @@ class Quota:
 
 
 @dataclass
-class FakeGce:
+class FakeGce(NetworkApi):
     project: str = "dlrun-test"
     instances: dict = field(default_factory=dict)  # (zone, name) -> instance JSON
     firewalls: dict = field(default_factory=dict)  # name -> firewall JSON
+    networks: dict = field(default_factory=dict)  # name -> network JSON (no `default` network: many orgs have none)
+    subnetworks: dict = field(default_factory=dict)  # (region, name) -> subnetwork JSON
+    common_metadata: dict = field(default_factory=dict)  # the project's common instance metadata
+    zone_offerings: dict = field(default_factory=dict)  # zone -> accelerator types offered (absent: all)
     operations: dict = field(default_factory=dict)  # (zone or "global", name) -> operation JSON
     requests: list = field(default_factory=list)  # (method, path, body) of every call, for asserts
     capacity: dict = field(default_factory=dict)  # zone -> how many more instances it can still take
@@ -70,6 +63,7 @@ class FakeGce:
         self._addresses = itertools.count(2)
         self._server: ThreadingHTTPServer | None = None
         self._pending_errors: dict = {}  # operation key -> (http status, error code, message)
+        self._subnet_next: dict = {}  # subnetwork link -> the next host number it hands out
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "FakeGce":
@@ -156,6 +150,9 @@ class FakeGce:
         if project != self.project:
             raise ApiError(404, f"The resource 'projects/{project}' was not found", "notFound")
         parts = rest.split("/")
+        answer = self._route_network(method, parts, body)
+        if answer is not None:
+            return answer
         match parts, method:
             case ["zones", zone, "instances"], "POST":
                 return self._insert_instance(zone, body or {})
@@ -200,11 +197,15 @@ class FakeGce:
     def _operation(self, zone: str, kind: str, target: str, *, done: bool = False,
                    error: tuple[int, str, str] | None = None, user: str = "dlrun@example.com") -> dict:
         name = f"operation-{next(self._ids)}"
-        where = "global" if zone == "global" else f"zones/{zone}"
+        # zone is a zone, "global", or "region:<region>"
+        where = ("global" if zone == "global" else f"regions/{zone[7:]}" if zone.startswith("region:")
+                 else f"zones/{zone}")
         op = {"kind": "compute#operation", "id": str(next(self._ids)), "name": name,
               "operationType": kind, "targetLink": target, "user": user, "progress": 0,
               "status": "DONE" if done else "RUNNING", "selfLink": self._link(f"{where}/operations/{name}")}
-        if zone != "global":
+        if zone.startswith("region:"):
+            op["region"] = self._link(f"regions/{zone[7:]}")
+        elif zone != "global":
             op["zone"] = self._link(f"zones/{zone}")
         self.operations[(zone, name)] = op
         if error:
@@ -230,6 +231,8 @@ class FakeGce:
     # ------------------------------------------------------------ instances
     def _insert_instance(self, zone: str, body: dict) -> dict:
         _validate_instance(zone, body)
+        self.check_offered(zone, body)
+        private_ip = self.attach(zone, body["networkInterfaces"][0])
         name = body["name"]
         if (zone, name) in self.instances:
             raise ApiError(409, f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}' "
@@ -255,7 +258,7 @@ class FakeGce:
             if zone in self.capacity:
                 self.capacity[zone] -= 1
             number = next(self._addresses)  # like GCE, an address is not handed out twice at once
-            nic = dict(body["networkInterfaces"][0], networkIP=f"10.128.0.{number}")
+            nic = dict(body["networkInterfaces"][0], networkIP=private_ip or f"10.128.0.{number}")
             if nic.get("accessConfigs"):
                 nic["accessConfigs"] = [dict(nic["accessConfigs"][0], natIP=f"203.0.113.{number}")]
             self.instances[(zone, name)] = dict(
@@ -284,6 +287,7 @@ class FakeGce:
             raise bad_request("Invalid value for field 'resource.allowed': must specify allowed or denied.")
         if not body.get("sourceRanges") and not body.get("sourceTags"):
             raise bad_request("Firewall rule needs sourceRanges or sourceTags.")
+        self.network_named(body["network"])
         if body["name"] in self.firewalls:
             raise ApiError(409, f"The resource 'projects/{self.project}/global/firewalls/{body['name']}' "
                                 "already exists", "alreadyExists")
@@ -326,6 +330,9 @@ def _validate_instance(zone: str, body: dict) -> None:
     if has_gpu and scheduling.get("onHostMaintenance") != "TERMINATE":
         raise bad_request("Instances with guest accelerators do not support live migration: "
                           "scheduling.onHostMaintenance must be TERMINATE.")
+    max_run = int((scheduling.get("maxRunDuration") or {}).get("seconds", 0))
+    if max_run and not (30 <= max_run <= 120 * 86400 and scheduling.get("instanceTerminationAction")):
+        raise bad_request("scheduling.maxRunDuration must be 30 s to 120 days, with instanceTerminationAction.")
     if scheduling.get("provisioningModel") == "SPOT" and scheduling.get("automaticRestart", True):
         raise bad_request("Invalid value for field 'resource.scheduling.automaticRestart': 'true'. "
                           "Spot instances cannot be automatically restarted.")

@@ -37,6 +37,7 @@ echo "boot script done"
 @pytest.fixture
 def fake_gce():
     with FakeGce() as fake:
+        fake.add_default_network()  # these instances are made by hand, on the project's auto-mode network
         yield fake
 
 
