@@ -53,6 +53,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     optimize: str = "cost"
     default_deadline: str | None = None  # set when the deadline is the config's default, not the job's
+    zone_flags: dict[str, str] = field(default_factory=dict)  # offer key -> its flagged spot zone, in words
 
     @property
     def ranked(self) -> list[Candidate]:
@@ -81,7 +82,7 @@ class Plan:
                 "cheapest_feasible_cost_ignoring_budget": self.cheapest_feasible_cost_ignoring_budget,
                 "fastest_hours_ignoring_deadline": self.fastest_hours_ignoring_deadline,
                 "max_cost": self.max_cost, "deadline_seconds": self.deadline_seconds, "notes": self.notes,
-                "optimize": self.optimize, "default_deadline": self.default_deadline,
+                "optimize": self.optimize, "default_deadline": self.default_deadline, "zone_flags": self.zone_flags,
                 "profile": _profile_summary(self.profile),
                 "candidates": [c.to_json() for c in self.ranked]}
 
@@ -230,25 +231,23 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
         chosen.chosen = True
     workable = [c for c in candidates if c.eligible and c.estimate.fits]
     in_time = [c for c in workable if deadline is None or c.estimate.total_seconds <= deadline]
-    notes += zone_notes(c for c in candidates if c.eligible and c.spot)
     return Plan(candidates=candidates, chosen=chosen,
                 cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
                 fastest_hours_ignoring_deadline=min((c.estimate.hours for c in workable), default=None),
                 max_cost=max_cost, deadline_seconds=deadline, profile=profile, notes=notes, optimize=optimize,
-                default_deadline=default_deadline)
+                default_deadline=default_deadline, zone_flags=zone_flags(c for c in candidates if c.eligible and c.spot))
 
 
-def zone_notes(spot_candidates) -> list[str]:
-    """One line per spot offer whose region has a zone priced far below its others (not used for the estimate)."""
+def zone_flags(spot_candidates) -> dict[str, str]:
+    """Spot offers whose region has a zone priced far below its others (not used for the estimate)."""
     from infra.spot_zones import outlier_note
 
-    notes, seen = [], set()
+    flags = {}
     for c in spot_candidates:
         ranking = c.offer.extra.get("spot_zones")
-        if ranking is not None and ranking.outliers and c.offer.key not in seen:
-            seen.add(c.offer.key)
-            notes.append(outlier_note(c.offer.label, ranking))
-    return notes
+        if ranking is not None and ranking.outliers:
+            flags[c.offer.key] = outlier_note(c.offer.label, ranking)
+    return flags
 
 
 def _by_cost(c: Candidate):
