@@ -60,6 +60,7 @@ class Estimate:
     accelerator: str = "cpu"
     model_family: str = "unknown"
     basis: str = "roofline"  # roofline | measured
+    start_seconds: float = 0.0  # the job process's fixed start inside run_seconds (corrected)
 
     @property
     def total_seconds(self) -> float:
@@ -158,6 +159,23 @@ def cpu_speedup(vcpus: int, measured_threads: int = 1) -> float:
     return max(1.0, (cores / max(1, measured_threads)) ** CPU_THREAD_SCALING)
 
 
+def job_start_seconds(offer: Offer) -> float:
+    """The job process's fixed start: on this machine measured once (process start, torch import)
+    plus the job's own data load; elsewhere the data-load prior alone."""
+    if runs_here(offer.cloud):
+        from orchestrator.planning.startup import local_startup_seconds
+
+        return local_startup_seconds() + JOB_START_SECONDS
+    return JOB_START_SECONDS
+
+
+def startup_correction_for(history, accelerator: str, family: str) -> float:
+    """The start-up term's correction; where finished runs say nothing about it, the step's."""
+    known = getattr(history, "startup", {})
+    key = (accelerator, family)
+    return known[key] if key in known else correction_for(history, accelerator, family)
+
+
 def correction_for(history, accelerator: str, family: str) -> float:
     if not history:
         return 1.0
@@ -168,9 +186,12 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
     step, basis = _offer_step(profile, offer, num_nodes)
     accelerator = offer.accelerator or "cpu"
     correction = correction_for(history, accelerator, profile.model_family)
+    start_correction = startup_correction_for(history, accelerator, profile.model_family)
     measured = profile.source == "measured"
-    raw_run = step * profile.total_steps * (1 + EVAL_FRACTION if measured else 1) + (JOB_START_SECONDS if measured else 0)
-    run = raw_run * correction
+    train = step * profile.total_steps * (1 + EVAL_FRACTION if measured else 1)
+    start = job_start_seconds(offer) if measured else 0.0
+    raw_run = train + start
+    run = train * correction + start * start_correction
     startup = STARTUP_SECONDS.get(offer.cloud, STARTUP_SECONDS["aws"]) + STARTUP_PER_EXTRA_NODE * (num_nodes - 1)
 
     preempt = 0.0
@@ -195,7 +216,8 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
     return Estimate(hours=hours, cost=hours * hourly, fits=fits, why_not=why, step_seconds=step * correction,
                     run_seconds=run, startup_seconds=startup, needed_gb=need, price_per_hour=hourly, spot=spot,
                     preemption_seconds=preempt, raw_run_seconds=raw_run, correction=correction,
-                    accelerator=accelerator, model_family=profile.model_family, basis=basis)
+                    accelerator=accelerator, model_family=profile.model_family, basis=basis,
+                    start_seconds=start * start_correction)
 
 
 # --- learning from finished runs ----------------------------------------------------------------
@@ -227,9 +249,67 @@ def corrections_from_runs(runs) -> dict[tuple[str, str], float]:
     return {k: _damped(v) for k, v in raw_ratios.items()}
 
 
-def history_from_store(store) -> dict[tuple[str, str], float]:
+class History(dict):
+    """(accelerator, model_family) -> step-time correction; .startup: the same keys -> start-up correction."""
+
+    def __init__(self, steps=(), startup=None):
+        super().__init__(steps)
+        self.startup = dict(startup or {})
+
+
+STARTUP_PRIOR_WEIGHT = 1.0  # the prior (both corrections 1) counts as much as one finished run
+
+
+def _solve(obs: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(step correction c, start correction s) from (raw start, raw training, actual) runs:
+    least squares on actual ≈ s·start + c·training in relative terms, pulled toward (1, 1)."""
+    if not any(start > 0 for start, _, _ in obs):
+        return _damped([a / t for _, t, a in obs if t > 0]), 1.0
+    lam = STARTUP_PRIOR_WEIGHT
+    ss = st = tt = sa = ta = 0.0
+    for start, train, actual in obs:
+        x, y = start / actual, train / actual
+        ss, st, tt, sa, ta = ss + x * x, st + x * y, tt + y * y, sa + x, ta + y
+    a11, a12, a22, b1, b2 = ss + lam, st, tt + lam, sa + lam, ta + lam
+    det = a11 * a22 - a12 * a12
+    s = (b1 * a22 - a12 * b2) / det
+    c = (a11 * b2 - a12 * b1) / det
+    clamp = lambda v: min(MAX_CORRECTION, max(MIN_CORRECTION, v))  # noqa: E731
+    return clamp(c), clamp(s)
+
+
+def fit_terms(runs) -> History:
+    """runs: (accelerator, family, est_run_seconds, actual_run_seconds, est_start_seconds or None), in
+    time order. A run that recorded its start-up term corrects both terms; the others the step only.
+    Replaying in order turns each recorded (corrected) estimate back into the model's raw terms."""
+    obs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for accelerator, family, est, actual, est_start in runs:
+        if not est or not actual or est <= 0 or actual <= 0:
+            continue
+        key = (accelerator or "cpu", family or "unknown")
+        seen = obs.setdefault(key, [])
+        c_then, s_then = _solve(seen) if seen else (1.0, 1.0)
+        start = min(est_start or 0.0, est)
+        seen.append((start / s_then, (est - start) / c_then, actual))
+    fitted = {k: _solve(v) for k, v in obs.items()}
+    return History({k: c for k, (c, _) in fitted.items()},
+                   {k: s for k, (c, s) in fitted.items() if any(o[0] > 0 for o in obs[k])})
+
+
+def history_from_store(store) -> History:
     """Correction factors per (accelerator, model_family) from the store's finished jobs."""
+    import json
+
     rows = store.query(
-        "SELECT accelerator, model_family, est_run_seconds, actual_run_seconds FROM jobs "
-        "WHERE status='SUCCEEDED' AND est_run_seconds > 0 AND actual_run_seconds > 0 ORDER BY created_at")
-    return corrections_from_runs([(r[0], r[1], r[2], r[3]) for r in rows])
+        "SELECT j.accelerator, j.model_family, j.est_run_seconds, j.actual_run_seconds, "
+        "(SELECT detail FROM events e WHERE e.job_id = j.id AND e.kind = 'plan' ORDER BY e.id LIMIT 1) "
+        "FROM jobs j WHERE j.status='SUCCEEDED' AND j.est_run_seconds > 0 AND j.actual_run_seconds > 0 "
+        "ORDER BY j.created_at")
+    runs = []
+    for r in rows:
+        try:
+            start = json.loads(r[4]).get("est_start_seconds") if r[4] else None
+        except (ValueError, AttributeError):
+            start = None
+        runs.append((r[0], r[1], r[2], r[3], start))
+    return fit_terms(runs)

@@ -77,7 +77,8 @@ def record_job(spec: JobSpec, plan, *, store: Store | None = None, schedule_id: 
                               model_family=spec.workload.model if spec.workload else (spec.job or "custom"),
                               supervisor_pid=os.getpid())  # until a supervisor takes over
     store.add_event(job_id, "plan", {"chosen": plan.chosen.offer.label, "spot": plan.chosen.spot,
-                                     "est_hours": est.hours, "est_cost": est.cost})
+                                     "est_hours": est.hours, "est_cost": est.cost,
+                                     "est_start_seconds": getattr(est, "start_seconds", None)})
     return job_id
 
 
