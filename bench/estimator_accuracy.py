@@ -6,12 +6,15 @@ Each example is planned for the local backend (the estimate a user sees: measure
 fixed start of a job process, the data-load prior) and then run by `dlrun submit --backend local` on a
 local Ray head, in a fresh $DLRUN_HOME (no history corrects the estimate). The actual figure is the
 Ray job's own run time (start to end, as dlrun records it). A job file the planner cannot estimate
-here (no workload) is listed and skipped.
+here (no workload) is listed and skipped. With --runs 2 (the default) each example runs again after the
+first run finished: the second estimate carries the corrections dlrun learnt from the first (step time
+and start-up term apart), as a user's next submission would.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +38,7 @@ def predicted(job_file: Path):
 def actual(job_file: Path, home: Path, address: str) -> float:
     from orchestrator.state.db import default_store
 
+    shutil.rmtree(home / "checkpoints", ignore_errors=True)  # else a second run resumes at the end
     env = dict(os.environ, DLRUN_RAY_ADDRESS=address, DLRUN_HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
     proc = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "submit", str(job_file), "--backend",
                            "local", "--fresh"], cwd=job_file.parent, env=env, capture_output=True, text=True)
@@ -51,6 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--examples", default=str(ROOT / "configs" / "examples"))
     ap.add_argument("--goal", type=float, default=0.20)
+    ap.add_argument("--runs", type=int, default=2, help="runs per example (the later ones use the history)")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="dlrun-bench-"))
     os.environ["DLRUN_HOME"] = str(home)
@@ -59,24 +64,27 @@ def main() -> None:
 
     from bench_head import bench_head
 
-    worst = 0.0
+    worst = {}
     with bench_head(home) as head:
-        print(f"{'example':<36} {'predicted s':>11} {'(start s)':>9} {'actual s':>9} {'pred/actual':>11}")
+        print(f"{'example':<30} {'run':>3} {'predicted s':>11} {'(start s)':>9} {'actual s':>9} {'pred/actual':>11}")
         for f in files:
             name = str(f.relative_to(args.examples))
-            try:
-                est = predicted(f)
-            except Exception as e:  # noqa: BLE001 - a bench lists what it could not measure
-                print(f"{name:<36} skipped: {str(e).splitlines()[0][:80]}", flush=True)
-                continue
-            real = actual(f, home, head.dashboard_url)
-            ratio = est.run_seconds / real
-            worst = max(worst, abs(ratio - 1))
-            print(f"{name:<36} {est.run_seconds:>11.1f} {est.start_seconds:>9.1f} {real:>9.1f} {ratio:>11.2f}",
-                  flush=True)
-    verdict = "within" if worst <= args.goal else "OUTSIDE"
-    print(f"worst error: {worst * 100:.0f} % ({verdict} the ±{args.goal * 100:.0f} % goal)")
-
+            for run in range(1, args.runs + 1):
+                try:
+                    est = predicted(f)
+                except Exception as e:  # noqa: BLE001 - a bench lists what it could not measure
+                    print(f"{name:<30} skipped: {str(e).splitlines()[0][:80]}", flush=True)
+                    break
+                real = actual(f, home, head.dashboard_url)
+                ratio = est.run_seconds / real
+                worst[run] = max(worst.get(run, 0.0), abs(ratio - 1))
+                print(f"{name:<30} {run:>3} {est.run_seconds:>11.1f} {est.start_seconds:>9.1f} {real:>9.1f} "
+                      f"{ratio:>11.2f}", flush=True)
+    for run, w in sorted(worst.items()):
+        label = "first runs (no history)" if run == 1 else f"run {run} (history of {run - 1})"
+        print(f"worst error, {label}: {w * 100:.0f} % ({'within' if w <= args.goal else 'OUTSIDE'} "
+              f"the ±{args.goal * 100:.0f} % goal)")
+    print(f"load average during the bench: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 if __name__ == "__main__":
     main()

@@ -37,7 +37,7 @@ def test_budget_below_the_cheapest_exits_3_with_the_table(tmp_path):
     path = job_file(tmp_path, workload=TINY, resources={"clouds": ["aws", "gcp"]})
     code, result = invoke(cli_plan.plan_command, [path, "--max-cost", "0.001"])
     assert code == 3
-    assert "why excluded" in result.output and "g4dn.xlarge" in result.output
+    assert "why not" in result.output and "g4dn.xlarge" in result.output
     assert "> budget $0.00" in result.output
     assert "cheapest candidate that would work costs $" in str(result.exception)
 
@@ -47,7 +47,7 @@ def test_a_model_too_big_for_a_k80_is_shown_excluded_with_its_reason(tmp_path):
     code, result = invoke(cli_plan.plan_command, [path, "--all"])
     assert code == 0, result.output
     k80_rows = [line for line in result.output.splitlines() if "K80" in line]
-    assert k80_rows and all("K80: needs" in line and "has 12 GB" in line and "NO" in line for line in k80_rows)
+    assert k80_rows and all("K80: needs" in line and "has 12 GB" in line for line in k80_rows)
     assert "chosen:" in result.output
 
 

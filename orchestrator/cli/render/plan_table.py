@@ -108,9 +108,9 @@ def choice_line(plan) -> str:
 def render_plan(plan, console=None, show_all: bool = False) -> None:
     from rich.console import Console
 
-    if console is None:
+    if console is None:  # piped or captured: 100 columns, or room for whole rows with --all
         console = Console()
-        console = console if console.is_terminal else Console(width=WIDTH)
+        console = console if console.is_terminal else Console(width=180 if show_all else WIDTH)
     rows = shown(plan, show_all)
     console.print(plan_table(plan, rows))
     console.print(caption(plan, rows))
@@ -124,4 +124,4 @@ def render_plan(plan, console=None, show_all: bool = False) -> None:
                       f"{p.flops_per_step / 1e9:.2f} GFLOP/step, {p.total_steps:,} steps; local step: {local}")
     objective = "fastest" if plan.optimize == "time" else "cheapest"
     if plan.chosen:
-        console.print(f"chosen ({objective} that fits): [bold]{choice_line(plan).removeprefix('running on ')}[/]")
+        console.print(f"chosen: [bold]{choice_line(plan).removeprefix('running on ')}[/] — the {objective} that fits")
