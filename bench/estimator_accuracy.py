@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 def predicted(job_file: Path):
     from orchestrator.planning.spec import load_job
     from orchestrator.runs.executor import make_plan, restrict
+    from orchestrator.state.db import default_store
 
-    plan = make_plan(restrict(load_job(job_file), "local"))
+    plan = make_plan(restrict(load_job(job_file), "local"), store=default_store())  # with the history, as submit
     if plan.chosen is None:
         raise RuntimeError(plan.nothing_fits_message())
     return plan.chosen.estimate
