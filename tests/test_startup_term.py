@@ -56,3 +56,25 @@ def test_runs_without_a_recorded_start_correct_the_step_only():
     history = estimator.fit_terms([("T4", "conv", 100.0, 150.0, None)])
     assert 1.0 < history[("T4", "conv")] < 1.5 and history.startup == {}
     assert estimator.startup_correction_for(history, "T4", "conv") == history[("T4", "conv")]
+
+
+def test_a_finished_local_run_corrects_the_next_plan_of_that_model(tmp_path, monkeypatch):
+    """As submit records it: the run's row is keyed as the estimator looks it up (cpu, the profile's family)."""
+    import yaml
+
+    from orchestrator.planning.spec import load_job
+    from orchestrator.runs.executor import make_plan, record_job, restrict
+
+    monkeypatch.setenv("DLRUN_LOCAL_GPUS", "none")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"name": "t", "job": "cnn", "workload": {
+        "model": "tests.test_profile:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32, "dataset_size": 320,
+        "epochs": 2}}))
+    spec = restrict(load_job(path), "local")
+    store = Store()
+    first = make_plan(spec, store=store)
+    job_id = record_job(spec, first, store=store)
+    store.set_status(job_id, "SUCCEEDED", actual_run_seconds=2 * first.chosen.estimate.run_seconds)
+    again = make_plan(spec, store=store).chosen.estimate
+    assert again.run_seconds > 1.5 * first.chosen.estimate.run_seconds
+    assert estimator.history_from_store(store).startup[("cpu", first.profile.model_family)] > 1.5

@@ -249,6 +249,11 @@ def corrections_from_runs(runs) -> dict[tuple[str, str], float]:
     return {k: _damped(v) for k, v in raw_ratios.items()}
 
 
+def _accelerator_key(accelerator: str | None) -> str:
+    """The store records a CPU run as 'CPU', the estimator says 'cpu'."""
+    return "cpu" if not accelerator or accelerator.upper() == "CPU" else accelerator
+
+
 class History(dict):
     """(accelerator, model_family) -> step-time correction; .startup: the same keys -> start-up correction."""
 
@@ -289,7 +294,7 @@ def fit_terms(runs) -> History:
     for accelerator, family, est, actual, est_start in runs:
         if not est or not actual or est <= 0 or actual <= 0:
             continue
-        key = (accelerator or "cpu", family or "unknown")
+        key = (_accelerator_key(accelerator), family or "unknown")
         seen = obs.setdefault(key, [])
         c_then, s_then = _solve(seen) if seen else (1.0, 1.0)
         start = min(est_start or 0.0, est)
