@@ -42,7 +42,7 @@ def test_finished_runs_correct_the_start_up_term_and_the_step_term_apart(dlrun_h
         truth = 2.5 * start + 1.1 * (est.raw_run_seconds - start)
         _record(store, est.run_seconds, truth, est.start_seconds)
     history = estimator.history_from_store(store)
-    assert history.startup[("cpu", "conv")] == pytest.approx(2.5, rel=0.15)
+    assert history.startup["cpu"] == pytest.approx(2.5, rel=0.15)
     assert history[("cpu", "conv")] == pytest.approx(1.1, rel=0.1)
     small = synthetic(local={"cpu": 0.01}, steps=60)
     est = estimator.estimate(small, LOCAL_CPU, spot=False, history=history)
@@ -77,4 +77,12 @@ def test_a_finished_local_run_corrects_the_next_plan_of_that_model(tmp_path, mon
     store.set_status(job_id, "SUCCEEDED", actual_run_seconds=2 * first.chosen.estimate.run_seconds)
     again = make_plan(spec, store=store).chosen.estimate
     assert again.run_seconds > 1.5 * first.chosen.estimate.run_seconds
-    assert estimator.history_from_store(store).startup[("cpu", first.profile.model_family)] > 1.5
+    assert estimator.history_from_store(store).startup["cpu"] > 1.5
+
+
+def test_the_start_up_correction_is_the_machines_whatever_the_model():
+    """A small CNN run shows the start is 2× its estimate; the first LSTM plan already counts it."""
+    history = estimator.fit_terms([("CPU", "conv", 11.0, 21.0, 10.0)])  # start 10 of 11 s, took 21 s
+    assert history.startup["cpu"] > 1.7
+    assert estimator.startup_correction_for(history, "cpu", "lstm") == history.startup["cpu"]
+    assert estimator.correction_for(history, "cpu", "lstm") == 1.0  # its steps: nothing known yet

@@ -170,9 +170,10 @@ def job_start_seconds(offer: Offer) -> float:
 
 
 def startup_correction_for(history, accelerator: str, family: str) -> float:
-    """The start-up term's correction; where finished runs say nothing about it, the step's."""
+    """The start-up term's correction (one per accelerator: the start is the machine's, whatever the
+    model); where finished runs say nothing about it, the step's."""
     known = getattr(history, "startup", {})
-    key = (accelerator, family)
+    key = _accelerator_key(accelerator)
     return known[key] if key in known else correction_for(history, accelerator, family)
 
 
@@ -255,7 +256,7 @@ def _accelerator_key(accelerator: str | None) -> str:
 
 
 class History(dict):
-    """(accelerator, model_family) -> step-time correction; .startup: the same keys -> start-up correction."""
+    """(accelerator, model_family) -> step-time correction; .startup: accelerator -> start-up correction."""
 
     def __init__(self, steps=(), startup=None):
         super().__init__(steps)
@@ -268,40 +269,70 @@ class History(dict):
 STARTUP_PRIOR_WEIGHT = 0.05
 
 
-def _solve(obs: list[tuple[float, float, float]]) -> tuple[float, float]:
-    """(step correction c, start correction s) from (raw start, raw training, actual) runs:
-    least squares on actual ≈ s·start + c·training in relative terms, pulled toward (1, 1)."""
-    if not any(start > 0 for start, _, _ in obs):
-        return _damped([a / t for _, t, a in obs if t > 0]), 1.0
-    lam = STARTUP_PRIOR_WEIGHT
-    ss = st = tt = sa = ta = 0.0
-    for start, train, actual in obs:
-        x, y = start / actual, train / actual
-        ss, st, tt, sa, ta = ss + x * x, st + x * y, tt + y * y, sa + x, ta + y
-    a11, a12, a22, b1, b2 = ss + lam, st, tt + lam, sa + lam, ta + lam
-    det = a11 * a22 - a12 * a12
-    s = (b1 * a22 - a12 * b2) / det
-    c = (a11 * b2 - a12 * b1) / det
-    clamp = lambda v: min(MAX_CORRECTION, max(MIN_CORRECTION, v))  # noqa: E731
-    return clamp(c), clamp(s)
+def _gauss(m: list[list[float]], b: list[float]) -> list[float]:
+    """Solve m·x = b (small, symmetric positive definite: no pivoting needed beyond the diagonal)."""
+    n = len(b)
+    m, b = [row[:] for row in m], b[:]
+    for i in range(n):
+        for k in range(i + 1, n):
+            f = m[k][i] / m[i][i]
+            for j in range(i, n):
+                m[k][j] -= f * m[i][j]
+            b[k] -= f * b[i]
+    x = [0.0] * n
+    for i in reversed(range(n)):
+        x[i] = (b[i] - sum(m[i][j] * x[j] for j in range(i + 1, n))) / m[i][i]
+    return x
+
+
+def _clamp(v: float) -> float:
+    return min(MAX_CORRECTION, max(MIN_CORRECTION, v))
+
+
+def _solve(obs: list[tuple[str, float, float, float]]) -> tuple[float | None, dict[str, float]]:
+    """From one accelerator's runs (family, raw start, raw training, actual): the start-up correction s,
+    shared by every family (the start is the machine's), and a step correction c per family. Least
+    squares on actual ≈ s·start + c_family·training in relative terms, pulled toward 1. Without any
+    recorded start-up term: no s, and each family's c is the damped median ratio as before."""
+    families = sorted({f for f, _, _, _ in obs})
+    if not any(start > 0 for _, start, _, _ in obs):
+        return None, {f: _damped([a / t for g, _, t, a in obs if g == f and t > 0]) for f in families}
+    col = {f: i + 1 for i, f in enumerate(families)}
+    n, lam = len(families) + 1, STARTUP_PRIOR_WEIGHT
+    m, b = [[0.0] * n for _ in range(n)], [lam] * n
+    for i in range(n):
+        m[i][i] = lam
+    for family, start, train, actual in obs:
+        x = [0.0] * n
+        x[0], x[col[family]] = start / actual, train / actual
+        for i in range(n):
+            b[i] += x[i]
+            for j in range(n):
+                m[i][j] += x[i] * x[j]
+    sol = _gauss(m, b)
+    return _clamp(sol[0]), {f: _clamp(sol[col[f]]) for f in families}
 
 
 def fit_terms(runs) -> History:
     """runs: (accelerator, family, est_run_seconds, actual_run_seconds, est_start_seconds or None), in
     time order. A run that recorded its start-up term corrects both terms; the others the step only.
     Replaying in order turns each recorded (corrected) estimate back into the model's raw terms."""
-    obs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    obs: dict[str, list[tuple[str, float, float, float]]] = {}
     for accelerator, family, est, actual, est_start in runs:
         if not est or not actual or est <= 0 or actual <= 0:
             continue
-        key = (_accelerator_key(accelerator), family or "unknown")
-        seen = obs.setdefault(key, [])
-        c_then, s_then = _solve(seen) if seen else (1.0, 1.0)
+        seen = obs.setdefault(_accelerator_key(accelerator), [])
+        family = family or "unknown"
+        s_then, c_then = _solve(seen) if seen else (None, {})
         start = min(est_start or 0.0, est)
-        seen.append((start / s_then, (est - start) / c_then, actual))
-    fitted = {k: _solve(v) for k, v in obs.items()}
-    return History({k: c for k, (c, _) in fitted.items()},
-                   {k: s for k, (c, s) in fitted.items() if any(o[0] > 0 for o in obs[k])})
+        seen.append((family, start / (s_then or 1.0), (est - start) / c_then.get(family, 1.0), actual))
+    steps, startup = {}, {}
+    for accelerator, seen in obs.items():
+        s, c = _solve(seen)
+        steps.update({(accelerator, f): v for f, v in c.items()})
+        if s is not None:
+            startup[accelerator] = s
+    return History(steps, startup)
 
 
 def history_from_store(store) -> History:
