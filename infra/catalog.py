@@ -167,4 +167,22 @@ def load_offers(path: Path | None = None, spot_overrides: Path | None = None) ->
             if (k := (o.cloud, o.region, o.instance_type)) in fresh else o
             for o in offers
         ]
-    return offers
+    return _priced_by_zone(offers)
+
+
+def _priced_by_zone(offers: list[Offer]) -> list[Offer]:
+    """Where per-zone spot prices are known, the spot price is the launch zone's (see spot_zones)."""
+    from infra.spot_zones import rank, zone_prices
+
+    by_zone = zone_prices()
+    out = []
+    for o in offers:
+        prices = by_zone.get((o.cloud, o.region, o.instance_type))
+        if not prices or o.spot_price_per_hour is None:
+            out.append(o)
+            continue
+        ranking = rank(prices)
+        lz = ranking.launch_zone
+        out.append(replace(o, spot_price_per_hour=lz.price, spot_price_date=lz.date or o.spot_price_date,
+                           extra={**o.extra, "spot_zones": ranking}))
+    return out

@@ -37,7 +37,7 @@ def test_budget_below_the_cheapest_exits_3_with_the_table(tmp_path):
     path = job_file(tmp_path, workload=TINY, resources={"clouds": ["aws", "gcp"]})
     code, result = invoke(cli_plan.plan_command, [path, "--max-cost", "0.001"])
     assert code == 3
-    assert "why excluded" in result.output and "g4dn.xlarge" in result.output
+    assert "why not" in result.output and "g4dn.xlarge" in result.output
     assert "> budget $0.00" in result.output
     assert "cheapest candidate that would work costs $" in str(result.exception)
 
@@ -47,9 +47,12 @@ def test_a_model_too_big_for_a_k80_is_shown_not_fitting_and_the_k80_retired(tmp_
     code, result = invoke(cli_plan.plan_command, [path, "--all"])
     assert code == 0, result.output
     k80_rows = [line for line in result.output.splitlines() if "K80" in line]
-    # the memory check still runs (fits: NO); the reason shown is the first one: the family is retired
-    assert k80_rows and all("NO" in line and "retired on" in line and "never launched" in line for line in k80_rows)
+    # the reason shown is the first one: the family is retired; the memory check still runs (--json)
+    assert k80_rows and all("retired on" in line and "never launched" in line for line in k80_rows)
     assert "chosen:" in result.output
+    code, result = invoke(cli_plan.plan_command, [path, "--json"])
+    k80 = [c for c in json.loads(result.stdout)["candidates"] if c["accelerator"] == "K80"]
+    assert k80 and all(not c["estimate"]["fits"] and not c["feasible"] for c in k80)
 
 
 def test_plan_json_and_plot(tmp_path):

@@ -34,6 +34,7 @@ def _job_from(stdout: str) -> str:
 def test_submit_digits_cnn_and_lstm(env, ray_head, tmp_path):
     r = dlrun("submit", "configs/examples/digits_cnn.yaml", "--max-cost", "5", "--backend", "local", env=env)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "running on local CPU: est. " in r.stderr  # one line before it starts (--backend local: no runner-up)
     job = _job_from(r.stdout)
     acc = float(r.stdout.split("accuracy=")[1].split()[0])
     assert acc >= 0.95, r.stdout

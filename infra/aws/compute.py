@@ -48,6 +48,12 @@ def of_cluster(ec2, cluster_id: str, states) -> list[dict]:
                           {"Name": "instance-state-name", "Values": list(states)}])
 
 
+def zone_ids(ec2) -> dict[str, str]:
+    """Zone name (us-east-1a, differs per account) -> zone ID (use1-az1, the same for everyone)."""
+    return {z["ZoneName"]: z["ZoneId"] for z in ec2.describe_availability_zones()["AvailabilityZones"]
+            if z.get("ZoneId")}
+
+
 def available_zones(ec2) -> list[str]:
     zones = ec2.describe_availability_zones(
         Filters=[{"Name": "state", "Values": ["available"]}])["AvailabilityZones"]

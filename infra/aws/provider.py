@@ -90,6 +90,9 @@ class AwsProvider(VmProvider):
     def zones(self, region: str) -> list[str]:
         return compute.available_zones(self._ec2(region))
 
+    def zone_ids(self, region: str) -> dict[str, str]:
+        return compute.zone_ids(self._ec2(region))
+
     def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> dict:
         region = request.offer.region
         ec2 = self._ec2(region)

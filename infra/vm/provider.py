@@ -83,7 +83,7 @@ class VmProvider:
     def _launch(self, request: ClusterRequest, ssh_cidr: str, existing, created: Created) -> Cluster:
         region, what = request.offer.region, request.offer.instance_type
         prepared = self.prepare(request, ssh_cidr, created)
-        zones = existing.zones if existing is not None and existing.zones else self.zones_for(request)
+        zones = existing.zones if existing is not None and existing.zones else self.launch_zones(request)
         failures: list[str] = []
         for zone in zones:
             try:
@@ -97,6 +97,18 @@ class VmProvider:
         market = "spot" if request.spot else "on-demand"
         raise CapacityError(f"no {market} capacity for {what} in any zone of {region} "
                             f"({'; '.join(failures) or 'no zones'})", cloud=self.name, region=region)
+
+    def launch_zones(self, request: ClusterRequest) -> list[str]:
+        """The region's zones in launch order: for spot, the order the estimate was priced with."""
+        from infra.spot_zones import launch_order
+
+        region = request.offer.region
+        ranking = request.offer.extra.get("spot_zones") if request.spot else None
+        return launch_order(self.zones_for(request), ranking, self.zone_ids(region) if ranking else None)
+
+    def zone_ids(self, region: str) -> dict[str, str]:
+        """Zone name -> the cloud's account-independent zone ID, where the cloud has one."""
+        return {}
 
     @staticmethod
     def _described(cluster: Cluster, request: ClusterRequest) -> Cluster:

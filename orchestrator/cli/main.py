@@ -92,19 +92,23 @@ def cli():
 @click.option("--backend", type=BackendChoice(), help="only consider this backend")
 @click.option("--detach", is_flag=True, help="return the job id at once; a supervisor runs the job")
 @click.option("--fresh", is_flag=True, help="start the run over: remove its checkpoints instead of resuming")
-def submit(job_file, max_cost, deadline, backend, detach, fresh):
+@click.option("--optimize", type=click.Choice(["cost", "time"]), default=None,
+              help="run on the cheapest (cost) or the fastest (time) backend that fits")
+def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize):
     """Plan, provision, run and watch JOB_FILE; always tears down what it started."""
-    from orchestrator.cli.plan import warm_profile
+    from orchestrator.cli.plan import warm_profile, with_objective
+    from orchestrator.cli.render.plan_table import choice_line
     from orchestrator.cli.render.display import make_display
     from orchestrator.errors import NothingFitsError
     from orchestrator.planning.spec import load_job
     from orchestrator.runs import executor as runner
 
-    spec = load_job(job_file, max_cost=max_cost, deadline=deadline)
+    spec = with_objective(load_job(job_file, max_cost=max_cost, deadline=deadline), optimize)
     try:
         warm_profile(spec)
-        plan = runner.make_plan(runner.restrict(spec, backend))
+        plan = runner.make_plan(runner.restrict(spec, backend), store=runner.default_store())  # + history
         runner._require_choice(plan, spec)
+        click.echo(choice_line(plan), err=True)
     except NothingFitsError as e:
         _print_plan(e.plan)
         raise

@@ -6,10 +6,9 @@ import json
 import click
 
 from infra import BACKEND_NAMES
-from orchestrator.cli.render.summary import offer_name, plural
+from orchestrator.cli.render.summary import plural
 from orchestrator.errors import NothingFitsError, UsageError
 
-DEFAULT_ROWS_NOTE = "best row per cloud × GPU config × market; --all shows every candidate"
 
 
 def run_plan(spec, backend: str | None = None, *, blocked: frozenset[str] = frozenset(), store=None,
@@ -25,6 +24,13 @@ def run_plan(spec, backend: str | None = None, *, blocked: frozenset[str] = froz
 
         store = Store()
     return plan_job(restrict(spec, backend), blocked=blocked, store=store, offers=offers)
+
+
+def with_objective(spec, optimize: str | None):
+    """--optimize cost|time over the job file's budget.optimize (kept with the job for re-plans)."""
+    if optimize is None:
+        return spec
+    return spec.model_copy(update={"budget": spec.budget.model_copy(update={"optimize": optimize})})
 
 
 def warm_profile(spec, stream=None) -> None:
@@ -59,54 +65,10 @@ def _console():
     return console if console.is_terminal else Console(width=180)  # piped or captured: room for it all
 
 
-def _shown(plan, show_all: bool):
-    ranked = plan.ranked
-    if show_all:
-        return ranked
-    seen, rows = set(), []
-    for c in ranked:
-        group = (c.offer.cloud, c.offer.accelerator, c.offer.accelerator_count, c.spot, c.eligible)
-        if group not in seen or c.chosen:
-            seen.add(group)
-            rows.append(c)
-    return rows
+def print_plan(plan, show_all: bool = False) -> None:
+    from orchestrator.cli.render.plan_table import render_plan
 
-
-def render_plan(plan, console=None, show_all: bool = False) -> None:
-    from rich.table import Table
-
-    console = console or _console()
-    shown = _shown(plan, show_all)
-    feasible = sum(c.feasible for c in plan.candidates)
-    caption = f"{plural(len(plan.candidates), 'candidate')}, {feasible} feasible; showing {len(shown)}"
-    if not show_all and len(shown) < len(plan.candidates):
-        caption += f" ({DEFAULT_ROWS_NOTE})"
-    table = Table(title="dlrun plan", caption=caption, show_lines=False)
-    for col, kw in (("backend", {}), ("instance", {}), ("GPU", {}), ("spot", {}), ("fits", {}),
-                    ("est. hours", {"justify": "right"}), ("est. $", {"justify": "right"}),
-                    ("$/h", {"justify": "right"}), ("chosen", {}), ("why excluded", {"overflow": "fold"})):
-        table.add_column(col, **kw)
-    for c in shown:
-        o, e = c.offer, c.estimate
-        gpu = f"{o.accelerator}×{o.accelerator_count}" if o.accelerator else "CPU"
-        where = o.region if o.cloud != "local" else ""
-        table.add_row(o.cloud + (f" {where}" if where else ""), o.instance_type, gpu,
-                      "spot" if c.spot else "-", "yes" if e.fits else "NO",
-                      f"{e.hours:.3f}", f"{e.cost:.2f}", f"{e.price_per_hour:.3f}",
-                      "★" if c.chosen else "", c.reason or "",
-                      style="bold green" if c.chosen else ("dim" if not c.feasible else None))
-    console.print(table)
-    for note in plan.notes:
-        console.print(f"[yellow]note:[/] {note}")
-    p = plan.profile
-    if p is not None and p.source == "measured":
-        local = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in p.local_step_seconds.items()) or "not measured"
-        console.print(f"profile: {p.model} ({p.model_family}), {p.params:,} params, "
-                      f"{p.flops_per_step / 1e9:.2f} GFLOP/step, {p.total_steps:,} steps; local step: {local}")
-    if plan.chosen:
-        c = plan.chosen
-        console.print(f"chosen: [bold]{offer_name(c.offer, c.spot)}[/] — "
-                      f"est. {c.estimate.hours:.2f} h, ${c.estimate.cost:.2f}")
+    render_plan(plan, show_all=show_all)
 
 
 # --- commands --------------------------------------------------------------------------------------
@@ -120,17 +82,19 @@ def render_plan(plan, console=None, show_all: bool = False) -> None:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="write est. hours vs est. $ for every candidate to this PNG")
 @click.option("--all", "show_all", is_flag=True, help="show every candidate, not the best per GPU config")
-def plan_command(job_file, max_cost, deadline, backend, as_json, plot_path, show_all):
+@click.option("--optimize", type=click.Choice(["cost", "time"]), default=None,
+              help="pick the cheapest (cost) or the fastest (time) candidate that fits")
+def plan_command(job_file, max_cost, deadline, backend, as_json, plot_path, show_all, optimize):
     """Predict hours and dollars on every backend and pick the cheapest that fits."""
     from orchestrator.planning.spec import load_job
 
-    spec = load_job(job_file, max_cost=max_cost, deadline=deadline)
+    spec = with_objective(load_job(job_file, max_cost=max_cost, deadline=deadline), optimize)
     warm_profile(spec)
     result = run_plan(spec, backend)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
-        render_plan(result, show_all=show_all)
+        print_plan(result, show_all=show_all)
     if plot_path:
         from orchestrator.cli.render.plot import plot_plan
 

@@ -1,8 +1,9 @@
 """`dlrun catalog refresh`: newer AWS spot prices from describe_spot_price_history.
 
 For each instance type of the catalog in a region it keeps the latest price of every availability
-zone, then the cheapest zone (the catalog's convention), with that price's own date. The result
-goes to $DLRUN_HOME/spot_prices.csv, which catalog.load_offers applies over the shipped catalog.
+zone, with its own date. Every zone goes to $DLRUN_HOME/spot_zones.csv (infra/spot_zones.py ranks
+them: far-below-the-others zones are flagged); the zone dlrun launches in first sets the region's
+price in $DLRUN_HOME/spot_prices.csv. catalog.load_offers applies both over the shipped catalog.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import datetime as dt
 from pathlib import Path
 
 from infra.catalog import load_offers
+from infra.spot_zones import FIELDS as ZONE_FIELDS, ZonePrice, home_zone_prices_path, rank
 from orchestrator.state.db import dlrun_home
 
 FIELDS = ["cloud", "region", "instance_type", "spot_price_per_hour", "price_date", "zone", "fetched_at"]
@@ -33,7 +35,7 @@ def _aws_regions_and_types(regions: list[str] | None) -> dict[str, list[str]]:
 
 
 def fetch_region(client, instance_types: list[str], now: dt.datetime | None = None) -> dict[str, dict]:
-    """instance type -> {price, date, zone}: latest price per zone, cheapest zone wins."""
+    """instance type -> {price, date, zone, zones}: latest price per zone; the launch zone's sets the price."""
     now = now or dt.datetime.now(dt.timezone.utc)
     latest: dict[tuple[str, str], dict] = {}
     pages = client.get_paginator("describe_spot_price_history").paginate(
@@ -46,13 +48,15 @@ def fetch_region(client, instance_types: list[str], now: dt.datetime | None = No
             key = (rec["InstanceType"], rec["AvailabilityZone"])
             if key not in latest or rec["Timestamp"] > latest[key]["Timestamp"]:
                 latest[key] = rec
-    best: dict[str, dict] = {}
+    zones: dict[str, dict[str, dict]] = {}
     for (itype, zone), rec in latest.items():
-        price = float(rec["SpotPrice"])
-        if itype not in best or price < best[itype]["price"]:
-            ts = rec["Timestamp"]
-            date = ts.date().isoformat() if hasattr(ts, "date") else str(ts)[:10]
-            best[itype] = {"price": price, "date": date, "zone": zone}
+        ts = rec["Timestamp"]
+        date = ts.date().isoformat() if hasattr(ts, "date") else str(ts)[:10]
+        zones.setdefault(itype, {})[zone] = {"price": float(rec["SpotPrice"]), "date": date, "zone": zone}
+    best: dict[str, dict] = {}
+    for itype, by_zone in zones.items():
+        ranking = rank([ZonePrice(z["zone"], z["price"], z["date"]) for z in by_zone.values()])
+        best[itype] = {**by_zone[ranking.launch_zone.zone], "zones": list(by_zone.values())}
     return best
 
 
@@ -82,8 +86,10 @@ def refresh_spot_prices(regions: list[str] | None = None, *, session=None) -> li
                                             "check your credentials") from None
             raise
         rows += [{"cloud": "aws", "region": region, "instance_type": t, "spot_price_per_hour": b["price"],
-                  "price_date": b["date"], "zone": b["zone"], "fetched_at": fetched_at} for t, b in best.items()]
+                  "price_date": b["date"], "zone": b["zone"], "fetched_at": fetched_at, "zones": b["zones"]}
+                 for t, b in best.items()]
     _merge(rows)
+    _merge_zones(rows)
     return rows
 
 
@@ -100,4 +106,23 @@ def _merge(rows: list[dict]) -> None:
         w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
         w.writeheader()
         w.writerows(sorted(existing.values(), key=lambda r: (r["cloud"], r["region"], r["instance_type"])))
+    tmp.replace(path)
+
+
+def _merge_zones(rows: list[dict]) -> None:
+    """Every zone's price of the refreshed types, replacing what was known of those types."""
+    path = home_zone_prices_path()
+    refreshed = {(r["cloud"], r["region"], r["instance_type"]) for r in rows}
+    kept: list[dict] = []
+    if path.exists():
+        with open(path, newline="") as f:
+            kept = [r for r in csv.DictReader(f) if (r["cloud"], r["region"], r["instance_type"]) not in refreshed]
+    new = [{"cloud": r["cloud"], "region": r["region"], "instance_type": r["instance_type"], "zone": z["zone"],
+            "spot_price_per_hour": z["price"], "price_date": z["date"], "source": "describe_spot_price_history"}
+           for r in rows for z in r["zones"]]
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=ZONE_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(sorted(kept + new, key=lambda r: (r["cloud"], r["region"], r["instance_type"], r["zone"])))
     tmp.replace(path)

@@ -60,6 +60,7 @@ class Estimate:
     accelerator: str = "cpu"
     model_family: str = "unknown"
     basis: str = "roofline"  # roofline | measured
+    start_seconds: float = 0.0  # the job process's fixed start inside run_seconds (corrected)
 
     @property
     def total_seconds(self) -> float:
@@ -158,6 +159,24 @@ def cpu_speedup(vcpus: int, measured_threads: int = 1) -> float:
     return max(1.0, (cores / max(1, measured_threads)) ** CPU_THREAD_SCALING)
 
 
+def job_start_seconds(offer: Offer) -> float:
+    """The job process's fixed start: on this machine measured once (process start, torch import)
+    plus the job's own data load; elsewhere the data-load prior alone."""
+    if runs_here(offer.cloud):
+        from orchestrator.planning.startup import local_startup_seconds
+
+        return local_startup_seconds() + JOB_START_SECONDS
+    return JOB_START_SECONDS
+
+
+def startup_correction_for(history, accelerator: str, family: str) -> float:
+    """The start-up term's correction (one per accelerator: the start is the machine's, whatever the
+    model); where finished runs say nothing about it, the step's."""
+    known = getattr(history, "startup", {})
+    key = _accelerator_key(accelerator)
+    return known[key] if key in known else correction_for(history, accelerator, family)
+
+
 def correction_for(history, accelerator: str, family: str) -> float:
     if not history:
         return 1.0
@@ -168,9 +187,12 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
     step, basis = _offer_step(profile, offer, num_nodes)
     accelerator = offer.accelerator or "cpu"
     correction = correction_for(history, accelerator, profile.model_family)
+    start_correction = startup_correction_for(history, accelerator, profile.model_family)
     measured = profile.source == "measured"
-    raw_run = step * profile.total_steps * (1 + EVAL_FRACTION if measured else 1) + (JOB_START_SECONDS if measured else 0)
-    run = raw_run * correction
+    train = step * profile.total_steps * (1 + EVAL_FRACTION if measured else 1)
+    start = job_start_seconds(offer) if measured else 0.0
+    raw_run = train + start
+    run = train * correction + start * start_correction
     startup = STARTUP_SECONDS.get(offer.cloud, STARTUP_SECONDS["aws"]) + STARTUP_PER_EXTRA_NODE * (num_nodes - 1)
 
     preempt = 0.0
@@ -195,7 +217,8 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
     return Estimate(hours=hours, cost=hours * hourly, fits=fits, why_not=why, step_seconds=step * correction,
                     run_seconds=run, startup_seconds=startup, needed_gb=need, price_per_hour=hourly, spot=spot,
                     preemption_seconds=preempt, raw_run_seconds=raw_run, correction=correction,
-                    accelerator=accelerator, model_family=profile.model_family, basis=basis)
+                    accelerator=accelerator, model_family=profile.model_family, basis=basis,
+                    start_seconds=start * start_correction)
 
 
 # --- learning from finished runs ----------------------------------------------------------------
@@ -227,9 +250,105 @@ def corrections_from_runs(runs) -> dict[tuple[str, str], float]:
     return {k: _damped(v) for k, v in raw_ratios.items()}
 
 
-def history_from_store(store) -> dict[tuple[str, str], float]:
+def _accelerator_key(accelerator: str | None) -> str:
+    """The store records a CPU run as 'CPU', the estimator says 'cpu'."""
+    return "cpu" if not accelerator or accelerator.upper() == "CPU" else accelerator
+
+
+class History(dict):
+    """(accelerator, model_family) -> step-time correction; .startup: accelerator -> start-up correction."""
+
+    def __init__(self, steps=(), startup=None):
+        super().__init__(steps)
+        self.startup = dict(startup or {})
+
+
+# how much the prior (both corrections 1) counts against the runs, each run weighing 1: little, since
+# the start-up is one constant of the machine that a single small run already shows (0.05: one run
+# moves a 2.5x start-up error to ~2.1x, three to ~2.3x)
+STARTUP_PRIOR_WEIGHT = 0.05
+
+
+def _gauss(m: list[list[float]], b: list[float]) -> list[float]:
+    """Solve m·x = b (small, symmetric positive definite: no pivoting needed beyond the diagonal)."""
+    n = len(b)
+    m, b = [row[:] for row in m], b[:]
+    for i in range(n):
+        for k in range(i + 1, n):
+            f = m[k][i] / m[i][i]
+            for j in range(i, n):
+                m[k][j] -= f * m[i][j]
+            b[k] -= f * b[i]
+    x = [0.0] * n
+    for i in reversed(range(n)):
+        x[i] = (b[i] - sum(m[i][j] * x[j] for j in range(i + 1, n))) / m[i][i]
+    return x
+
+
+def _clamp(v: float) -> float:
+    return min(MAX_CORRECTION, max(MIN_CORRECTION, v))
+
+
+def _solve(obs: list[tuple[str, float, float, float]]) -> tuple[float | None, dict[str, float]]:
+    """From one accelerator's runs (family, raw start, raw training, actual): the start-up correction s,
+    shared by every family (the start is the machine's), and a step correction c per family. Least
+    squares on actual ≈ s·start + c_family·training in relative terms, pulled toward 1. Without any
+    recorded start-up term: no s, and each family's c is the damped median ratio as before."""
+    families = sorted({f for f, _, _, _ in obs})
+    if not any(start > 0 for _, start, _, _ in obs):
+        return None, {f: _damped([a / t for g, _, t, a in obs if g == f and t > 0]) for f in families}
+    col = {f: i + 1 for i, f in enumerate(families)}
+    n, lam = len(families) + 1, STARTUP_PRIOR_WEIGHT
+    m, b = [[0.0] * n for _ in range(n)], [lam] * n
+    for i in range(n):
+        m[i][i] = lam
+    for family, start, train, actual in obs:
+        x = [0.0] * n
+        x[0], x[col[family]] = start / actual, train / actual
+        for i in range(n):
+            b[i] += x[i]
+            for j in range(n):
+                m[i][j] += x[i] * x[j]
+    sol = _gauss(m, b)
+    return _clamp(sol[0]), {f: _clamp(sol[col[f]]) for f in families}
+
+
+def fit_terms(runs) -> History:
+    """runs: (accelerator, family, est_run_seconds, actual_run_seconds, est_start_seconds or None), in
+    time order. A run that recorded its start-up term corrects both terms; the others the step only.
+    Replaying in order turns each recorded (corrected) estimate back into the model's raw terms."""
+    obs: dict[str, list[tuple[str, float, float, float]]] = {}
+    for accelerator, family, est, actual, est_start in runs:
+        if not est or not actual or est <= 0 or actual <= 0:
+            continue
+        seen = obs.setdefault(_accelerator_key(accelerator), [])
+        family = family or "unknown"
+        s_then, c_then = _solve(seen) if seen else (None, {})
+        start = min(est_start or 0.0, est)
+        seen.append((family, start / (s_then or 1.0), (est - start) / c_then.get(family, 1.0), actual))
+    steps, startup = {}, {}
+    for accelerator, seen in obs.items():
+        s, c = _solve(seen)
+        steps.update({(accelerator, f): v for f, v in c.items()})
+        if s is not None:
+            startup[accelerator] = s
+    return History(steps, startup)
+
+
+def history_from_store(store) -> History:
     """Correction factors per (accelerator, model_family) from the store's finished jobs."""
+    import json
+
     rows = store.query(
-        "SELECT accelerator, model_family, est_run_seconds, actual_run_seconds FROM jobs "
-        "WHERE status='SUCCEEDED' AND est_run_seconds > 0 AND actual_run_seconds > 0 ORDER BY created_at")
-    return corrections_from_runs([(r[0], r[1], r[2], r[3]) for r in rows])
+        "SELECT j.accelerator, j.model_family, j.est_run_seconds, j.actual_run_seconds, "
+        "(SELECT detail FROM events e WHERE e.job_id = j.id AND e.kind = 'plan' ORDER BY e.id LIMIT 1) "
+        "FROM jobs j WHERE j.status='SUCCEEDED' AND j.est_run_seconds > 0 AND j.actual_run_seconds > 0 "
+        "ORDER BY j.created_at")
+    runs = []
+    for r in rows:
+        try:
+            start = json.loads(r[4]).get("est_start_seconds") if r[4] else None
+        except (ValueError, AttributeError):
+            start = None
+        runs.append((r[0], r[1], r[2], r[3], start))
+    return fit_terms(runs)

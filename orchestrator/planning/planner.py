@@ -52,19 +52,29 @@ class Plan:
     profile: object = None
     notes: list[str] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)  # a wished GPU is retired: why, and the nearest offer
+    optimize: str = "cost"
+    default_deadline: str | None = None  # set when the deadline is the config's default, not the job's
+    zone_flags: dict[str, str] = field(default_factory=dict)  # offer key -> its flagged spot zone, in words
 
     @property
     def ranked(self) -> list[Candidate]:
-        """Feasible first (cheapest, then fastest), then eligible-but-excluded, then the rest."""
-        return sorted(self.candidates, key=lambda c: (not c.feasible, not c.eligible, c.estimate.cost,
-                                                        c.estimate.hours, c.offer.key, c.spot))
+        """Feasible first (best by the objective), then eligible-but-excluded, then the rest."""
+        best = RANKS[self.optimize]
+        return sorted(self.candidates, key=lambda c: (not c.feasible, not c.eligible, *best(c)))
+
+    @property
+    def runner_up(self) -> Candidate | None:
+        """The best feasible candidate that is not the chosen one (another offer, or the other market)."""
+        return next((c for c in self.ranked if c.feasible and not c.chosen), None)
 
     def nothing_fits_message(self) -> str:
         if self.cheapest_feasible_cost_ignoring_budget is not None and self.max_cost is not None:
             return (f"nothing fits the budget of ${self.max_cost:.2f}: the cheapest candidate that would work "
                     f"costs ${self.cheapest_feasible_cost_ignoring_budget:.2f}; raise --max-cost")
         if self.fastest_hours_ignoring_deadline is not None and self.deadline_seconds is not None:
-            return (f"nothing meets the deadline of {self.deadline_seconds / 3600:.2f} h: the fastest candidate "
+            which = f"the default deadline ({self.default_deadline}, config.yaml)" if self.default_deadline \
+                else "the deadline"
+            return (f"nothing meets {which} of {self.deadline_seconds / 3600:.2f} h: the fastest candidate "
                     f"needs {self.fastest_hours_ignoring_deadline:.2f} h; extend --deadline")
         if self.retired:
             return "nothing fits: " + " ".join(self.retired)
@@ -75,6 +85,7 @@ class Plan:
                 "cheapest_feasible_cost_ignoring_budget": self.cheapest_feasible_cost_ignoring_budget,
                 "fastest_hours_ignoring_deadline": self.fastest_hours_ignoring_deadline,
                 "max_cost": self.max_cost, "deadline_seconds": self.deadline_seconds, "notes": self.notes,
+                "optimize": self.optimize, "default_deadline": self.default_deadline, "zone_flags": self.zone_flags,
                 "profile": _profile_summary(self.profile),
                 "candidates": [c.to_json() for c in self.ranked]}
 
@@ -197,12 +208,24 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
 
 # --- the plan --------------------------------------------------------------------------------------
 
-def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), store=None, profile=None, history=None) -> Plan:
+def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), store=None, profile=None,
+         history=None, settings=None) -> Plan:
     profile = profile or profile_for(spec)
     if history is None and store is not None:
         history = history_from_store(store)
     blocked = frozenset(blocked)
     max_cost, deadline = spec.budget.max_cost, spec.budget.deadline_seconds
+    notes = [profile.note] if profile.note else []
+    default_deadline = None
+    if deadline is None or spec.budget.optimize is None:
+        from orchestrator.config import load_settings
+
+        settings = settings or load_settings()
+        if deadline is None:
+            deadline, default_deadline = settings.default_deadline_seconds, settings.default_deadline
+            notes.append(f"no deadline in the job: the default of {default_deadline} applies ({settings.source}; "
+                         "set budget.deadline or --deadline to change it)")
+    optimize = spec.budget.optimize or settings.optimize
     nodes = spec.resources.num_nodes
     candidates: list[Candidate] = []
     for offer in offers:
@@ -221,23 +244,42 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             candidates.append(Candidate(offer, spot, est, eligible=market_reason is None, feasible=why is None,
                                         reason=why, software=software.software_json(spec, offer)))
     feasible = [c for c in candidates if c.feasible]
-    chosen = min(feasible, key=_rank, default=None)
+    chosen = min(feasible, key=RANKS[optimize], default=None)
     if chosen:
         chosen.chosen = True
     workable = [c for c in candidates if c.eligible and c.estimate.fits]
     in_time = [c for c in workable if deadline is None or c.estimate.total_seconds <= deadline]
-    notes = [profile.note] if profile.note else []
     retired = software.retired_wish_notes(spec, candidates)
     notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
     return Plan(candidates=candidates, chosen=chosen,
                 cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
                 fastest_hours_ignoring_deadline=min((c.estimate.hours for c in workable), default=None),
-                max_cost=max_cost, deadline_seconds=deadline, profile=profile, notes=notes,
+                max_cost=max_cost, deadline_seconds=deadline, profile=profile, notes=notes, optimize=optimize,
+                default_deadline=default_deadline, zone_flags=zone_flags(c for c in candidates if c.eligible and c.spot),
                 retired=retired if chosen is None else [])
 
 
-def _rank(c: Candidate):
+def zone_flags(spot_candidates) -> dict[str, str]:
+    """Spot offers whose region has a zone priced far below its others (not used for the estimate)."""
+    from infra.spot_zones import outlier_note
+
+    flags = {}
+    for c in spot_candidates:
+        ranking = c.offer.extra.get("spot_zones")
+        if ranking is not None and ranking.outliers:
+            flags[c.offer.key] = outlier_note(c.offer.label, ranking)
+    return flags
+
+
+def _by_cost(c: Candidate):
     return (c.estimate.cost, c.estimate.hours, c.offer.key, c.spot)
+
+
+def _by_time(c: Candidate):
+    return (c.estimate.hours, c.estimate.cost, c.offer.key, c.spot)
+
+
+RANKS = {"cost": _by_cost, "time": _by_time}
 
 
 def restrict(spec, backend: str | None):

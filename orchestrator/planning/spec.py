@@ -115,6 +115,8 @@ class Budget(_Strict):
     max_cost: float | None = Field(None, gt=0, description="USD for the whole job")
     deadline: str | float | None = Field(None, description="wall-clock limit, e.g. 4h, 90m")
     monthly_cap: float | None = Field(None, gt=0)
+    optimize: Literal["cost", "time"] | None = Field(None, description="cheapest (cost) or fastest (time) "
+                                                     "of what fits; default: config.yaml's optimize")
 
     @field_validator("deadline")
     @classmethod

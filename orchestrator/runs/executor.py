@@ -73,6 +73,14 @@ def submit(spec: JobSpec, *, backend: str | None = None, detach: bool = False, s
     return execute(job_id, store=store, display=display, first_plan=plan)
 
 
+def _model_family(plan, spec: JobSpec) -> str:
+    """The family the estimator keys its corrections by (the profile's), so that finished runs apply."""
+    family = getattr(getattr(plan, "profile", None), "model_family", None)
+    if family and family != "unknown":
+        return family
+    return spec.workload.model if spec.workload else (spec.job or "custom")
+
+
 def record_job(spec: JobSpec, plan, *, store: Store | None = None, schedule_id: str | None = None) -> str:
     """The job's row and its plan in the store (nothing started yet); exits 3 when nothing fits."""
     store = store or default_store()
@@ -81,10 +89,11 @@ def record_job(spec: JobSpec, plan, *, store: Store | None = None, schedule_id: 
     job_id = store.create_job(name=spec.name, spec_hash=spec.spec_hash(), spec_json=spec.model_dump_json(),
                               schedule_id=schedule_id, max_cost=spec.budget.max_cost, est_cost=est.cost,
                               est_seconds=est.hours * 3600, est_run_seconds=getattr(est, "run_seconds", None),
-                              model_family=spec.workload.model if spec.workload else (spec.job or "custom"),
+                              model_family=_model_family(plan, spec),
                               supervisor_pid=os.getpid())  # until a supervisor takes over
     store.add_event(job_id, "plan", {"chosen": plan.chosen.offer.label, "spot": plan.chosen.spot,
-                                     "est_hours": est.hours, "est_cost": est.cost})
+                                     "est_hours": est.hours, "est_cost": est.cost,
+                                     "est_start_seconds": getattr(est, "start_seconds", None)})
     record_run(store, job_id, spec, schedule_id=schedule_id)
     return job_id
 

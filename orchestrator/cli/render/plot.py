@@ -6,8 +6,6 @@ from pathlib import Path
 from infra import BACKEND_NAMES
 
 COLORS = {"local": "#2ca02c", "aws": "#ff7f0e", "gcp": "#1f77b4"}
-# the local backend costs $0: put it on the log axis just below the cheapest paid candidate
-ZERO_COST_FLOOR = 0.5
 
 
 def pareto_frontier(points: list[tuple[float, float]]) -> list[int]:
@@ -22,54 +20,69 @@ def pareto_frontier(points: list[tuple[float, float]]) -> list[int]:
 
 
 def plot_plan(plan, path: str | Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig = plan_figure(plan)
+    out = Path(path)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plan_figure(plan):
+    """Feasible candidates filled, candidates over the budget or deadline hollow, those the spec or
+    memory rules out as grey crosses; cost on a symlog axis, so $0 (this machine) sits at 0, truly."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cands = [c for c in plan.candidates if c.eligible and c.estimate.fits]
+    workable = [c for c in plan.candidates if c.eligible and c.estimate.fits]
     excluded = [c for c in plan.candidates if not (c.eligible and c.estimate.fits)]
     paid = [c.estimate.cost for c in plan.candidates if c.estimate.cost > 0]
-    floor = min(paid) * ZERO_COST_FLOOR if paid else 0.01
 
     def xy(c):
-        return c.estimate.hours, max(c.estimate.cost, floor)
+        return c.estimate.hours, c.estimate.cost
 
     fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
     if excluded:
-        ax.scatter(*zip(*map(xy, excluded)), marker="x", s=18, color="#bbbbbb", label="excluded (spec / memory)")
+        ax.scatter(*zip(*map(xy, excluded)), marker="x", s=18, color="#bbbbbb", label="ruled out (spec / memory)")
     for cloud in BACKEND_NAMES:
         for spot, marker in ((False, "o"), (True, "^")):
-            pts = [xy(c) for c in cands if c.offer.cloud == cloud and c.spot == spot]
-            if pts:
-                ax.scatter(*zip(*pts), marker=marker, s=30, alpha=0.75, color=COLORS[cloud],
-                           label=f"{cloud} {'spot' if spot else 'on-demand'}")
-    if cands:
-        pts = [xy(c) for c in cands]
+            market = "spot" if spot else "on-demand"
+            for feasible in (True, False):
+                pts = [xy(c) for c in workable if c.offer.cloud == cloud and c.spot == spot and c.feasible == feasible]
+                if not pts:
+                    continue
+                style = {"color": COLORS[cloud]} if feasible else {"facecolors": "none", "edgecolors": COLORS[cloud]}
+                ax.scatter(*zip(*pts), marker=marker, s=30, alpha=0.8, **style,
+                           label=f"{cloud} {market}" + ("" if feasible else ", over budget/deadline"))
+    if workable:
+        pts = [xy(c) for c in workable]
         front = [pts[i] for i in pareto_frontier(pts)]
         ax.plot(*zip(*front), "-", color="black", lw=1.2, label="Pareto frontier (fastest per $)")
     if plan.max_cost is not None:
         ax.axhline(plan.max_cost, ls="--", color="red", lw=1, label=f"budget ${plan.max_cost:g}")
     if plan.deadline_seconds is not None:
+        default = " (default)" if getattr(plan, "default_deadline", None) else ""
         ax.axvline(plan.deadline_seconds / 3600, ls=":", color="purple", lw=1,
-                   label=f"deadline {plan.deadline_seconds / 3600:g} h")
+                   label=f"deadline {plan.deadline_seconds / 3600:g} h{default}")
     if plan.chosen:
         x, y = xy(plan.chosen)
         ax.scatter([x], [y], marker="*", s=320, color="gold", edgecolor="black", zorder=5,
                    label=f"chosen: {_name(plan.chosen)}")
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    # linear below the cheapest paid candidate, log above: $0 is drawn at 0, not at a made-up floor
+    ax.set_yscale("symlog", linthresh=min(paid) if paid else 0.01)
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("estimated wall-clock time (hours, incl. start-up; log scale)")
-    ax.set_ylabel("estimated cost (USD, log scale; $0 local shown at the floor)")
+    ax.set_ylabel("estimated cost (USD; symlog: $0 at 0, log above the cheapest paid)")
     title = plan.profile.model if plan.profile is not None else "job"
     ax.set_title(f"dlrun plan: {title} — {len(plan.candidates)} candidates")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return fig
 
 
 def _name(c) -> str:

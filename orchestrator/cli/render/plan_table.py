@@ -1,0 +1,127 @@
+"""The plan as a person reads it: a table that fits 100 columns, human durations, the one-line choice."""
+from __future__ import annotations
+
+WIDTH = 100
+DEFAULT_ROWS = 12  # the chosen candidate and the best of each GPU configuration, up to this many
+
+
+def human_duration(seconds: float) -> str:
+    """12 s, 6 min, 3.2 h, 9 d, 3.4 years: the unit a person would say."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    hours = seconds / 3600
+    if hours < 10:
+        return f"{hours:.1f} h"
+    if hours < 72:
+        return f"{hours:.0f} h"
+    days = hours / 24
+    if days < 365:
+        return f"{days:.0f} d"
+    return f"{days / 365:,.1f} years"
+
+
+def money(usd: float) -> str:
+    if usd == 0:
+        return "$0"
+    if usd < 0.01:
+        return "<$0.01"
+    return f"${usd:,.2f}" if usd < 1000 else f"${usd:,.0f}"
+
+
+def gpu_config(offer) -> str:
+    return f"{offer.accelerator_count}×{offer.accelerator}" if offer.accelerator else "CPU"
+
+
+def where(offer) -> str:
+    return "local" if offer.cloud == "local" else f"{offer.cloud} {offer.region}"
+
+
+def shown(plan, show_all: bool) -> list:
+    """Every candidate (--all), or the chosen one and the best of each GPU configuration the spec
+    allows, feasible configurations first, at most DEFAULT_ROWS rows."""
+    ranked = plan.ranked
+    if show_all:
+        return ranked
+    rows, seen = [], set()
+    if plan.chosen is not None:
+        rows.append(plan.chosen)
+        seen.add(gpu_config(plan.chosen.offer))
+    for c in ranked:
+        if len(rows) >= DEFAULT_ROWS or not c.eligible:
+            break
+        if gpu_config(c.offer) not in seen:
+            seen.add(gpu_config(c.offer))
+            rows.append(c)
+    return rows
+
+
+def _cells(c) -> dict[str, str]:
+    o, e = c.offer, c.estimate
+    return {"": "★" if c.chosen else "", "where": where(o), "instance": o.instance_type if o.cloud != "local" else "",
+            "GPU": gpu_config(o), "market": "spot" if c.spot else "", "time": human_duration(e.total_seconds),
+            "cost": money(e.cost), "$/h": money(e.price_per_hour) if e.price_per_hour else "",
+            "why not": c.reason or ""}
+
+
+RIGHT = {"time", "cost", "$/h"}
+
+
+def caption(plan, rows: list) -> str:
+    feasible = sum(c.feasible for c in plan.candidates)
+    text = f"{len(plan.candidates)} candidates, {feasible} feasible"
+    if len(rows) < len(plan.candidates):
+        text += f"; the best per GPU configuration shown, --all for the other {len(plan.candidates) - len(rows)}"
+    return text
+
+
+def plan_table(plan, rows: list):
+    from rich import box
+    from rich.table import Table
+
+    cells = [_cells(c) for c in rows]
+    columns = [k for k in (cells[0] if cells else {}) if any(r[k] for r in cells)]  # no empty columns
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for k in columns:
+        table.add_column(k, justify="right" if k in RIGHT else "left", overflow="fold" if k == "why not" else "ellipsis",
+                         no_wrap=k != "why not")
+    for c, r in zip(rows, cells):
+        table.add_row(*(r[k] for k in columns), style="bold green" if c.chosen else ("dim" if not c.feasible else None))
+    return table
+
+
+def choice_line(plan) -> str:
+    """`submit`'s one line before it starts: where, how long, how much, and what came second."""
+    c = plan.chosen
+    if c is None:
+        return "nothing fits"
+    line = (f"running on {c.offer.label}{' spot' if c.spot else ''}: est. {human_duration(c.estimate.total_seconds)}, "
+            f"{money(c.estimate.cost)}")
+    second = plan.runner_up
+    if second is not None:
+        line += (f" (runner-up: {second.offer.label}{' spot' if second.spot else ''}, "
+                 f"{human_duration(second.estimate.total_seconds)}, {money(second.estimate.cost)})")
+    return line
+
+
+def render_plan(plan, console=None, show_all: bool = False) -> None:
+    from rich.console import Console
+
+    if console is None:  # piped or captured: 100 columns, or room for whole rows with --all
+        console = Console()
+        console = console if console.is_terminal else Console(width=180 if show_all else WIDTH)
+    rows = shown(plan, show_all)
+    console.print(plan_table(plan, rows))
+    console.print(caption(plan, rows))
+    flags = [plan.zone_flags[k] for k in dict.fromkeys(c.offer.key for c in rows if c.spot) if k in plan.zone_flags]
+    for note in plan.notes + flags:
+        console.print(f"[yellow]note:[/] {note}", overflow="fold")
+    p = plan.profile
+    if p is not None and p.source == "measured":
+        local = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in p.local_step_seconds.items()) or "not measured"
+        console.print(f"profile: {p.model} ({p.model_family}), {p.params:,} params, "
+                      f"{p.flops_per_step / 1e9:.2f} GFLOP/step, {p.total_steps:,} steps; local step: {local}")
+    objective = "fastest" if plan.optimize == "time" else "cheapest"
+    if plan.chosen:
+        console.print(f"chosen: [bold]{choice_line(plan).removeprefix('running on ')}[/] — the {objective} that fits")
