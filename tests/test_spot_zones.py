@@ -8,6 +8,7 @@ from moto import mock_aws
 from infra.base import CapacityError
 from infra.spot_zones import ZonePrice, launch_order, rank
 from tests.fakes.aws_faults import fail_run_instances
+from tests.fakes.aws_images import seed_image_parameters
 from tests.test_aws import REGION, aws_env, make_provider, make_request, offer  # noqa: F401  (fixtures)
 from tests.test_cli_plan import _seed_spot_history, invoke
 
@@ -26,6 +27,7 @@ def test_a_spot_launch_tries_the_priced_zone_first_and_the_outlier_last(aws_env)
     import boto3
 
     with mock_aws():
+        seed_image_parameters()
         session = boto3.Session(region_name=REGION)
         fail_run_instances(session, "InsufficientInstanceCapacity")
         ids = {z["ZoneName"]: z["ZoneId"] for z in session.client("ec2").describe_availability_zones()["AvailabilityZones"]}
