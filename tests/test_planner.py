@@ -7,6 +7,7 @@ from orchestrator.planning import planner
 from infra.catalog import Offer, canonical_gpu, load_offers
 from orchestrator.planning.estimator import estimate
 from orchestrator.planning.spec import parse_job
+from infra.storage import node_scheme
 from tests.test_estimator import LOCAL_CPU, synthetic
 
 CATALOG = load_offers()
@@ -35,7 +36,8 @@ def brute_force(sp, offers, blocked=frozenset(), local=()):
             continue
         markets = [False] if o.cloud == "local" else \
             [m for m in (False, True) if (res.spot != "always" or m) and (res.spot != "never" or not m)
-             and (not m or o.spot_price_per_hour is not None)]
+             and (not m or o.spot_price_per_hour is not None)
+             and (not m or node_scheme(o.cloud))]  # spot needs a checkpoint bucket its nodes can reach
         for spot in markets:
             e = estimate(PROFILE, o, spot=spot, num_nodes=res.num_nodes)
             if not e.fits or (sp.budget.max_cost and e.cost > sp.budget.max_cost):

@@ -32,6 +32,14 @@ def checkpoint_location(spec: JobSpec, key: str) -> str:
     return str(Path(base).expanduser() / key)
 
 
+def attempt_checkpoint(spec: JobSpec, key: str, cand, *, default: str) -> str:
+    """The checkpoint location of an attempt on `cand`: its planned bucket (or node disk), per run key."""
+    base = getattr(cand, "checkpoint", None)
+    if not base:
+        return default
+    return f"{base.rstrip('/')}/{spec.name}/{key}" if "://" in base else f"{base.rstrip('/')}/{key}"
+
+
 def num_workers(spec: JobSpec, accelerator_count: int) -> int:
     return spec.resources.num_nodes * max(accelerator_count, 1) if spec.resources.num_nodes > 1 \
         else max(accelerator_count, 1)
