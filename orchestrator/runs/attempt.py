@@ -102,7 +102,8 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
     workers = num_workers(spec, offer.accelerator_count)
     local = runs_here(offer.cloud)
     submission = dict(
-        entrypoint=entrypoint(spec, local=local, workers=workers), submission_id=f"dlrun-{ctx.job_id}-{attempt}",
+        entrypoint=entrypoint(spec, local=local, workers=workers,
+                              notice_cloud=offer.cloud if cand.spot and not local else None), submission_id=f"dlrun-{ctx.job_id}-{attempt}",
         runtime_env=runtime_env(spec, job_id=ctx.job_id, checkpoint=checkpoint, price_per_hour=price_all,
                                 local=local, extra_env=None if local else {"AWS_DEFAULT_REGION": offer.region}
                                 if checkpoint.startswith("s3://") else None),

@@ -45,7 +45,19 @@ def num_workers(spec: JobSpec, accelerator_count: int) -> int:
         else max(accelerator_count, 1)
 
 
-def entrypoint(spec: JobSpec, *, local: bool, workers: int) -> str:
+def entrypoint(spec: JobSpec, *, local: bool, workers: int, notice_cloud: str | None = None) -> str:
+    """The job's command; on a spot node of `notice_cloud`, run under jobs/notice.py's watcher."""
+    command = _command(spec, local=local, workers=workers)
+    from jobs.notice import CHECKS
+
+    if notice_cloud not in CHECKS:
+        return command
+    if spec.run:
+        command = f"sh -c {shlex.quote(command)}"
+    return f"python3 -m jobs.notice --cloud {notice_cloud} -- {command}"
+
+
+def _command(spec: JobSpec, *, local: bool, workers: int) -> str:
     python = shlex.quote(sys.executable) if local else "python3"
     if spec.run:
         return spec.run
