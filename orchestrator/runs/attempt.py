@@ -17,7 +17,8 @@ from typing import Callable
 
 from orchestrator.cli.render.display import JobView
 from orchestrator.cli.render.summary import offer_name
-from orchestrator.runs.entrypoint import attempt_checkpoint, entrypoint, num_workers, runtime_env
+from orchestrator.runs.entrypoint import (attempt_checkpoint, entrypoint, node_storage_env, num_workers,
+                                          runtime_env)
 from orchestrator.planning.spec import JobSpec
 from orchestrator.paths import job_log_path
 from orchestrator.state.db import Store, new_id
@@ -105,8 +106,7 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
         entrypoint=entrypoint(spec, local=local, workers=workers,
                               notice_cloud=offer.cloud if cand.spot and not local else None), submission_id=f"dlrun-{ctx.job_id}-{attempt}",
         runtime_env=runtime_env(spec, job_id=ctx.job_id, checkpoint=checkpoint, price_per_hour=price_all,
-                                local=local, extra_env=None if local else {"AWS_DEFAULT_REGION": offer.region}
-                                if checkpoint.startswith("s3://") else None),
+                                local=local, extra_env=None if local else node_storage_env(checkpoint, offer.region)),
         metadata={"dlrun_job_id": ctx.job_id, "dlrun_name": spec.name, "job_name": spec.name, "backend": offer.cloud,
                   "instance": offer.instance_type, "gpu": f"{offer.accelerator}:{offer.accelerator_count}"
                   if offer.accelerator else "CPU", "spot": str(cand.spot).lower(),

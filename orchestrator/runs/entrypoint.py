@@ -40,6 +40,18 @@ def attempt_checkpoint(spec: JobSpec, key: str, cand, *, default: str) -> str:
     return f"{base.rstrip('/')}/{spec.name}/{key}" if "://" in base else f"{base.rstrip('/')}/{key}"
 
 
+def node_storage_env(checkpoint: str, region: str) -> dict[str, str]:
+    """What a cloud node's S3 client needs besides its role: the region, and the S3 endpoint dlrun itself
+    uses when that is not AWS's (an S3-compatible store: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL). Never keys."""
+    if not checkpoint.startswith("s3://"):
+        return {}
+    env = {"AWS_DEFAULT_REGION": region}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        env["AWS_ENDPOINT_URL_S3"] = endpoint
+    return env
+
+
 def num_workers(spec: JobSpec, accelerator_count: int) -> int:
     return spec.resources.num_nodes * max(accelerator_count, 1) if spec.resources.num_nodes > 1 \
         else max(accelerator_count, 1)
