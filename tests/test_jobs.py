@@ -148,7 +148,7 @@ def test_s3_checkpoints_resume_through_the_endpoint_url(moto_s3, capsys):
     assert first["checkpoint"] == url and first["resumed_from"] is None
     second = lstm.main(["--epochs", "3", "--checkpoint-dir", url])
     _, events, printed = parse_output(capsys.readouterr().out)
-    assert events == [{"event": "resumed", "epoch": 2, "checkpoint": url}]
+    assert events == [{"event": "resumed", "epoch": 2, "step": 0, "checkpoint": url}]
     assert second["resumed_from"] == 2 and second["epochs_run"] == 1
     assert printed == second
 
