@@ -67,6 +67,9 @@ class VmMetadata:
         self.instance_action = {"action": "terminate", "time": when}
 
     def start(self) -> "VmMetadata":
+        # minted now: the instance profile is there from launch, and IMDS answers within botocore's 1 s
+        credentials = self.role()
+        self.role = lambda: credentials
         ip("-n", self.netns, "addr", "add", f"{METADATA_IP}/32", "dev", "lo")
         httpd = in_netns(self.netns, lambda: http.server.ThreadingHTTPServer((METADATA_IP, 80), self._handler()))
         self._servers.append(httpd)
