@@ -8,8 +8,9 @@ On the node, dlrun runs a cloud job's command through this module:
     python -m jobs.notice --cloud aws -- python -u -m jobs.cnn ...
 
 which starts the command in its own process group, polls the metadata service, and on notice
-writes the flag file ($DLRUN_NOTICE_FILE) and sends SIGTERM to the command's process group. It also
-passes a SIGTERM/SIGINT it gets itself (Ray stopping the job) on to that group.
+writes the flag file ($DLRUN_NOTICE_FILE), gives the job GRACE_S to stop on it, then sends SIGTERM to
+the command's process group. It also passes a SIGTERM/SIGINT it gets itself (Ray stopping the job)
+on to that group.
 
 In the job (the built-in jobs do this; a user script can too):
 
@@ -45,6 +46,8 @@ METADATA_URL = "http://169.254.169.254"
 NOTICE_EXIT = 75  # EX_TEMPFAIL: stopped on a preemption notice, with a checkpoint
 AWS_TOKEN_TTL_S = 21600
 POLL_S = 2.0  # AWS suggests checking every 5 s for its two-minute warning; GCP's is only 30 s
+# after the notice, how long the job has to stop on the flag file before its process group gets SIGTERM
+GRACE_S = {"aws": 60.0, "gcp": 15.0}
 
 
 def _request(url: str, *, method: str = "GET", headers: dict[str, str], timeout: float) -> tuple[int, str]:
@@ -144,7 +147,8 @@ class PreemptionNotice:
 
 # --- the node's side: python -m jobs.notice --cloud aws -- COMMAND ... ----------------------------
 
-def run(cloud: str, command: list[str], *, interval_s: float = POLL_S) -> int:
+def run(cloud: str, command: list[str], *, interval_s: float = POLL_S, grace_s: float | None = None) -> int:
+    grace_s = GRACE_S[cloud] if grace_s is None else grace_s
     flag = os.environ.get(NOTICE_FILE_ENV) or str(
         Path(tempfile.gettempdir()) / f"dlrun-notice-{os.environ.get('DLRUN_JOB_ID', os.getpid())}")
     Path(flag).unlink(missing_ok=True)  # a flag left by an earlier attempt on this disk is not news
@@ -159,6 +163,11 @@ def run(cloud: str, command: list[str], *, interval_s: float = POLL_S) -> int:
     def on_notice(reason: str) -> None:
         Path(flag).write_text(reason + "\n")
         print("DLRUN_METRIC " + json.dumps({"event": "preemption_notice", "reason": reason}), flush=True)
+        # the flag first: a process that called ray.init() (jobs.metrics does, inside a Ray job) has Ray's
+        # own SIGTERM handler, which ends it at once, without its checkpoint
+        deadline = time.monotonic() + grace_s
+        while child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         signal_group(signal.SIGTERM)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -179,12 +188,14 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Run COMMAND; on a preemption notice, SIGTERM its process group.")
     p.add_argument("--cloud", choices=sorted(CHECKS), required=True)
     p.add_argument("--interval", type=float, default=POLL_S, help="seconds between metadata checks")
+    p.add_argument("--grace", type=float, default=None,
+                   help="seconds the job has to stop on the flag file before SIGTERM (default: aws 60, gcp 15)")
     p.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command:
         p.error("no COMMAND given (python -m jobs.notice --cloud aws -- COMMAND ...)")
-    return run(a.cloud, command, interval_s=a.interval)
+    return run(a.cloud, command, interval_s=a.interval, grace_s=a.grace)
 
 
 if __name__ == "__main__":

@@ -93,3 +93,17 @@ def test_the_node_watcher_signals_the_job_on_notice_and_it_resumes_where_it_stop
     assert open_checkpoints(str(ckpt)).points()[-1] == point
     assert 1 <= point[0] < int(EPOCHS)  # after the first saved epoch, before the end
     finish(ckpt, reference, point)
+
+
+def test_a_command_that_ignores_the_flag_gets_sigterm_after_the_grace(tmp_path, metadata):
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.notice", "--cloud", "gcp", "--interval", "0.05",
+                             "--grace", "0.5", "--", "sleep", "60"], cwd=ROOT,
+                            env=job_env(DLRUN_METADATA_URL=metadata.url, DLRUN_NOTICE_FILE=str(tmp_path / "f")),
+                            stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    assert proc.poll() is None
+    metadata.notice()
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + 15 and time.monotonic() - started < 20  # SIGTERM, long before `sleep 60`
+    assert '"event": "preemption_notice"' in out and (tmp_path / "f").read_text().startswith("instance/preempted")
