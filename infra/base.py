@@ -117,6 +117,7 @@ class ClusterRequest:
     ssh_cidr: str | None = None  # caller's address for SSH ingress; discovered when None
     image: str | None = None
     owner: str = ""
+    storage: str = ""  # bucket URL (s3://, gs://) the nodes may read/write: scoped node credentials
 
 
 @dataclass

@@ -10,9 +10,11 @@ epoch and, when restarted (after a preemption, a kill, a resubmit), resumes from
     ...
     store.save({"epoch": epoch, "model": model.state_dict(), ...}, epoch)
 
-Files are named epoch-000007.pt; the newest two are kept. Every write is atomic: a local file is
-written to a temporary name and renamed with os.replace; an S3/GCS object appears whole or not at
-all. S3 honours AWS_ENDPOINT_URL (and AWS_ENDPOINT_URL_S3), so it also works against moto or MinIO.
+Files are named epoch-000007.pt (7 epochs done), or epoch-000007-step-000012.pt (7 epochs and 12
+steps of the 8th: written when a preemption notice stops the job mid-epoch); the newest two are
+kept. Every write is atomic: a local file is written to a temporary name and renamed with
+os.replace; an S3/GCS object appears whole or not at all (one PUT). The newest checkpoint that
+reads back whole is what resumes. S3 honours AWS_ENDPOINT_URL (and AWS_ENDPOINT_URL_S3), so it also works against moto or MinIO.
 """
 from __future__ import annotations
 
@@ -24,15 +26,15 @@ from pathlib import Path
 
 CHECKPOINT_ENV = "DLRUN_CHECKPOINT_DIR"
 KEEP_LAST = 2
-_NAME = re.compile(r"^epoch-(\d{6,})\.pt$")
+_NAME = re.compile(r"^epoch-(\d{6,})(?:-step-(\d{6,}))?\.pt$")
 
 
 class CheckpointError(Exception):
     """The checkpoint location is unusable: the message says what to fix."""
 
 
-def checkpoint_name(epoch: int) -> str:
-    return f"epoch-{epoch:06d}.pt"
+def checkpoint_name(epoch: int, step: int = 0) -> str:
+    return f"epoch-{epoch:06d}-step-{step:06d}.pt" if step else f"epoch-{epoch:06d}.pt"
 
 
 def _to_bytes(state: dict) -> bytes:
@@ -54,17 +56,22 @@ class Checkpoints:
 
     location: str
 
-    def save(self, state: dict, epoch: int) -> str:
-        """Write state as the checkpoint of `epoch` (atomic), then prune all but the newest."""
-        name = checkpoint_name(epoch)
+    def save(self, state: dict, epoch: int, step: int = 0) -> str:
+        """Write state as the checkpoint of `epoch` epochs and `step` more steps (atomic), then
+        prune all but the newest."""
+        name = checkpoint_name(epoch, step)
         self._put(name, _to_bytes(state))
-        for old in self.epochs()[:-KEEP_LAST]:
-            self._delete(checkpoint_name(old))
+        for old in self.points()[:-KEEP_LAST]:
+            self._delete(checkpoint_name(*old))
         return f"{self.location.rstrip('/')}/{name}"
+
+    def points(self) -> list[tuple[int, int]]:
+        """(epoch, step) of every checkpoint, oldest first."""
+        return sorted((int(m.group(1)), int(m.group(2) or 0)) for n in self._names() if (m := _NAME.match(n)))
 
     def epochs(self) -> list[int]:
         """Epochs that have a checkpoint, oldest first."""
-        return sorted(int(m.group(1)) for n in self._names() if (m := _NAME.match(n)))
+        return sorted({epoch for epoch, _ in self.points()})
 
     def clear(self) -> list[int]:
         """Remove every checkpoint (a run started over); the epochs removed, oldest first."""
@@ -74,10 +81,17 @@ class Checkpoints:
         return epochs
 
     def load_latest(self) -> dict | None:
-        epochs = self.epochs()
-        if not epochs:
-            return None
-        return _from_bytes(self._get(checkpoint_name(epochs[-1])))
+        """The newest checkpoint that reads back whole (a damaged one is skipped, not fatal)."""
+        points = self.points()
+        for point in reversed(points):
+            try:
+                return _from_bytes(self._get(checkpoint_name(*point)))
+            except CheckpointError:
+                raise
+            except Exception as e:  # truncated by a full disk, written by an incompatible torch, ...
+                print(f"dlrun: checkpoint {checkpoint_name(*point)} at {self.location} is unreadable "
+                      f"({type(e).__name__}); trying the one before", flush=True)
+        return None
 
     def _put(self, name: str, data: bytes) -> None:
         raise NotImplementedError

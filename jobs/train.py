@@ -22,6 +22,7 @@ from torch import nn
 from jobs.checkpoint import CHECKPOINT_ENV, CheckpointError, open_checkpoints
 from jobs.data import Split
 from jobs.metrics import report, report_event
+from jobs.notice import PreemptionNotice
 
 EVAL_BATCH = 512
 
@@ -189,8 +190,14 @@ def train(job: Job, cfg: TrainConfig, where: Rank | None = None) -> dict:
     where = where or Rank()
     device = torch.device(where.device) if where.device else resolve_device(cfg.device)
     refuse_cpu_on_a_gpu_plan(device, requested_cpu=cfg.device == "cpu")
-    with _cpu_settings(cfg, device, where):
-        return _train(job, cfg, where, device)
+    # a preemption notice stops a single-process run at the next step, with a checkpoint of that step
+    notice = PreemptionNotice.install() if cfg.checkpoint_dir and where.world_size == 1 else None
+    try:
+        with _cpu_settings(cfg, device, where):
+            return _train(job, cfg, where, device, notice)
+    finally:
+        if notice is not None:
+            notice.uninstall()
 
 
 def _load_latest(store, where: Rank, device: torch.device) -> dict | None:
@@ -205,7 +212,8 @@ def _load_latest(store, where: Rank, device: torch.device) -> dict | None:
     return state
 
 
-def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device) -> dict:
+def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device,
+           notice: PreemptionNotice | None = None) -> dict:
     started = time.perf_counter()
     precision = resolve_precision(cfg.precision, device)
 
@@ -220,7 +228,7 @@ def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device) -> dic
 
     store = open_checkpoints(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     history: list[dict] = []
-    start_epoch = 0
+    start_epoch, resume_step = 0, 0
     state = _load_latest(store, where, device)
     if state is not None:
         if state.get("job") != job.name:
@@ -235,8 +243,9 @@ def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device) -> dic
         _restore_rng(state["rng"])
         history = list(state["history"])
         start_epoch = int(state["epoch"])
+        resume_step = int(state.get("step", 0))  # steps of epoch start_epoch+1 done (a notice stopped it)
         if where.is_main:
-            report_event("resumed", epoch=start_epoch, checkpoint=store.location)
+            report_event("resumed", epoch=start_epoch, step=resume_step, checkpoint=store.location)
     if where.world_size > 1:
         ids = [device.index] if device.type == "cuda" else None
         net: nn.Module = nn.parallel.DistributedDataParallel(model, device_ids=ids)
@@ -245,18 +254,29 @@ def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device) -> dic
 
     loss_fn = nn.CrossEntropyLoss()
     run_rates = []
+
+    def saved_state(done_epochs: int, step: int = 0, loss_so_far: float = 0.0) -> dict:
+        return {"job": job.name, "epoch": done_epochs, "step": step, "loss_sum": loss_so_far,
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                "rng": _rng_state(), "history": history, "seed": cfg.seed}
+
     for epoch in range(start_epoch + 1, cfg.epochs + 1):
         order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(
             epoch_seed(cfg.seed, epoch))).to(device)
         if where.world_size > 1:  # equal shards, so every rank runs the same number of steps
             per_rank = len(order) // where.world_size
             order = order[where.rank::where.world_size][:per_rank]
-        _set_seed(epoch_seed(cfg.seed, epoch, where.rank))
+        skip = resume_step if epoch == start_epoch + 1 else 0
+        if not skip:  # resuming mid-epoch: the checkpoint's RNG state is where this epoch left it
+            _set_seed(epoch_seed(cfg.seed, epoch, where.rank))
 
         net.train()
-        loss_sum = torch.zeros((), device=device)
+        loss_sum = torch.full((), float(state.get("loss_sum", 0.0)) if skip else 0.0, device=device)
         tick = time.perf_counter()
-        for i in range(0, len(order), cfg.batch_size):
+        batches = range(0, len(order), cfg.batch_size)
+        for step, i in enumerate(batches, start=1):
+            if step <= skip:
+                continue
             idx = order[i:i + cfg.batch_size]
             xb, yb = train_x[idx], train_y[idx]
             with precision.autocast(device):
@@ -270,10 +290,13 @@ def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device) -> dic
                 loss.backward()
                 optimizer.step()
             loss_sum += loss.detach() * len(idx)
+            if notice is not None and notice.pending and step < len(batches):
+                location = store.save(saved_state(epoch - 1, step, loss_sum.item()), epoch - 1, step)
+                notice.stopped(epoch=epoch - 1, step=step, checkpoint=location)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         train_seconds = time.perf_counter() - tick
-        samples_per_s = len(order) * where.world_size / train_seconds
+        samples_per_s = (len(order) - min(skip * cfg.batch_size, len(order))) * where.world_size / train_seconds
         run_rates.append(samples_per_s)
 
         val_loss, accuracy = evaluate(model, test_x, test_y, precision, device)
@@ -283,11 +306,10 @@ def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device) -> dic
                    "elapsed_s": round(time.perf_counter() - started, 3)}
         history.append(metrics)
         if where.is_main:
-            if store:
-                store.save({"job": job.name, "epoch": epoch, "model": model.state_dict(),
-                            "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                            "rng": _rng_state(), "history": history, "seed": cfg.seed}, epoch)
+            location = store.save(saved_state(epoch), epoch) if store else None
             report(**metrics)
+            if notice is not None and notice.pending and epoch < cfg.epochs:
+                notice.stopped(epoch=epoch, step=0, checkpoint=location)
 
     final = history[-1] if history else {}
     return {"job": job.name, "accuracy": final.get("accuracy"), "val_loss": final.get("val_loss"),

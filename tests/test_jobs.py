@@ -106,7 +106,7 @@ def test_killed_job_resumes_from_its_checkpoint_with_identical_results(cnn_refer
     saved = open_checkpoints(str(ckpt)).epochs()[-1]
 
     epochs, events, result = run_job("cnn", "--checkpoint-dir", str(ckpt))
-    assert events == [{"event": "resumed", "epoch": saved, "checkpoint": str(ckpt)}]
+    assert events == [{"event": "resumed", "epoch": saved, "step": 0, "checkpoint": str(ckpt)}]
     assert 1 <= saved < result["epochs"]
     assert [m["epoch"] for m in epochs] == list(range(saved + 1, result["epochs"] + 1))
     assert result["resumed_from"] == saved and result["epochs_run"] == result["epochs"] - saved
@@ -148,7 +148,7 @@ def test_s3_checkpoints_resume_through_the_endpoint_url(moto_s3, capsys):
     assert first["checkpoint"] == url and first["resumed_from"] is None
     second = lstm.main(["--epochs", "3", "--checkpoint-dir", url])
     _, events, printed = parse_output(capsys.readouterr().out)
-    assert events == [{"event": "resumed", "epoch": 2, "checkpoint": url}]
+    assert events == [{"event": "resumed", "epoch": 2, "step": 0, "checkpoint": url}]
     assert second["resumed_from"] == 2 and second["epochs_run"] == 1
     assert printed == second
 

@@ -8,6 +8,7 @@ from infra.catalog import Offer, canonical_gpu, load_offers
 from infra.software import retirement
 from orchestrator.planning.estimator import estimate
 from orchestrator.planning.spec import parse_job
+from infra.storage import node_scheme
 from tests.test_estimator import LOCAL_CPU, synthetic
 
 CATALOG = load_offers()
@@ -38,7 +39,8 @@ def brute_force(sp, offers, blocked=frozenset(), local=()):
             continue  # retired: K80 everywhere, AWS p2/p3 (every other catalog GPU has a torch 2.13 wheel)
         markets = [False] if o.cloud == "local" else \
             [m for m in (False, True) if (res.spot != "always" or m) and (res.spot != "never" or not m)
-             and (not m or o.spot_price_per_hour is not None)]
+             and (not m or o.spot_price_per_hour is not None)
+             and (not m or node_scheme(o.cloud))]  # spot needs a checkpoint bucket its nodes can reach
         for spot in markets:
             e = estimate(PROFILE, o, spot=spot, num_nodes=res.num_nodes)
             if not e.fits or (sp.budget.max_cost and e.cost > sp.budget.max_cost):

@@ -10,7 +10,8 @@ LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
 
 
 def run_params(request: ClusterRequest, *, ami: str, group_id: str, key_name: str, tags: dict[str, str],
-               cfg: BootstrapConfig, zone: str, count: int, head_ip: str | None, login_user: str) -> dict:
+               cfg: BootstrapConfig, zone: str, count: int, head_ip: str | None, login_user: str,
+               profile: str = "") -> dict:
     is_head = head_ip is None
     role = "head" if is_head else "worker"
     params = dict(
@@ -25,6 +26,8 @@ def run_params(request: ClusterRequest, *, ami: str, group_id: str, key_name: st
             net.tag_spec("volume", {k: tags[k] for k in (TAG_CLUSTER, TAG_JOB, TAG_OWNER)}),
         ],
     )
+    if profile:  # the node's only credentials: a role scoped to the run's bucket prefix
+        params["IamInstanceProfile"] = {"Name": profile}
     if request.spot:
         params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
             "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}

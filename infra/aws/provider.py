@@ -8,6 +8,7 @@ The launch order, rollback and zone failover are infra/vm/provider.py's; this fi
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import boto3
 from botocore.config import Config
@@ -17,6 +18,7 @@ from infra.aws import compute, network as net
 from infra.aws.compute import LIVE_STATES
 from infra.aws.errors import CREDENTIALS_HOWTO, error_code, to_provider_error
 from infra.aws.images import find_image
+from infra.aws.launch_storage import NODE_PACKAGES, prepare_storage, run_instances
 from infra.aws.records import (TAG_PRICE, TAG_SPOT, TAG_SSH_USER, TAG_TERMINATING, UP_STATES,
                                cluster_from_instances, node_state, tags_of)
 from infra.base import (TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, Cluster, ClusterRequest,
@@ -113,8 +115,14 @@ class AwsProvider(VmProvider):
             created.key = key_name if made_key else ""
         instance_tags = {**tags, TAG_PRICE: f"{request.offer.hourly(request.spot):.6g}",
                          TAG_SPOT: str(bool(request.spot)).lower(), TAG_SSH_USER: ssh_user}
+        cfg = request.bootstrap or BootstrapConfig(ray_version=local_ray_version("aws"))
+        profile = ""
+        if request.storage:
+            profile = prepare_storage(self._session, request.storage, region=region,
+                                      owner=tags[TAG_OWNER], endpoint_url=self.endpoint_url)
+            cfg = replace(cfg, python_packages=[*cfg.python_packages, *NODE_PACKAGES])
         return dict(ami=ami, group_id=group_id, key_name=key_name, tags=instance_tags, login_user=ssh_user,
-                    cfg=request.bootstrap or BootstrapConfig(ray_version=local_ray_version("aws")))
+                    cfg=cfg, profile=profile)
 
     def launch_in_zone(self, request: ClusterRequest, zone: str, prepared: dict, existing,
                        created: Created) -> Cluster:
@@ -131,7 +139,7 @@ class AwsProvider(VmProvider):
     def _run(self, ec2, request: ClusterRequest, prepared: dict, created: Created, *, zone: str, count: int,
              head_ip: str | None) -> list[str]:
         params = compute.run_params(request, zone=zone, count=count, head_ip=head_ip, **prepared)
-        ids = [i["InstanceId"] for i in ec2.run_instances(**params)["Instances"]]
+        ids = [i["InstanceId"] for i in run_instances(ec2, params, self._poll)["Instances"]]
         created.instances.extend((zone, i) for i in ids)
         return ids
 

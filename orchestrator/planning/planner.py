@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 from infra import capabilities
 from infra.catalog import Offer, canonical_gpu
+from infra.identity import owner_identity
 from orchestrator.planning import software
 from orchestrator.planning.estimator import Estimate, estimate, history_from_store
+from orchestrator.planning.storage_plan import candidate_checkpoint, check_checkpoint, storage_notes
 
 REFERENCE_COMPUTE_SHARE = 0.7  # of the reference time spent in matmul/conv, the rest on memory
 
@@ -27,6 +29,7 @@ class Candidate:
     reason: str | None = None  # why excluded (None when feasible)
     chosen: bool = False
     software: dict | None = None  # image, driver, CUDA, torch wheel index (planning/software.py)
+    checkpoint: str | None = None  # a cloud candidate's checkpoint base (bucket), planning/storage_plan.py
 
     @property
     def backend(self) -> str:
@@ -37,7 +40,8 @@ class Candidate:
         return {"key": o.key, "cloud": o.cloud, "region": o.region, "instance_type": o.instance_type,
                 "accelerator": o.accelerator, "accelerator_count": o.accelerator_count, "spot": self.spot,
                 "eligible": self.eligible, "feasible": self.feasible, "chosen": self.chosen,
-                "reason": self.reason, "price_date": o.spot_price_date if self.spot else o.price_date,
+                "reason": self.reason, "checkpoint": self.checkpoint,
+                "price_date": o.spot_price_date if self.spot else o.price_date,
                 "estimate": self.estimate.to_json(), "software": self.software}
 
 
@@ -227,6 +231,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
                          "set budget.deadline or --deadline to change it)")
     optimize = spec.budget.optimize or settings.optimize
     nodes = spec.resources.num_nodes
+    owner = owner_identity()
     candidates: list[Candidate] = []
     for offer in offers:
         reason = exclusion_reason(spec, offer, blocked)
@@ -235,14 +240,16 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             reason = reason or "no spot price (spot: always)"
         for spot in allowed or [False]:
             est = estimate(profile, offer, spot=spot, num_nodes=nodes, history=history)
+            base, no_bucket = candidate_checkpoint(spec, offer, spot, owner)
             market_reason = reason or (SPOT_POOL_BLOCKED if spot and spot_block_key(offer) in blocked else None)
-            why = market_reason or (est.why_not if not est.fits else None)
+            why = market_reason or (est.why_not if not est.fits else None) or no_bucket
+            market_reason = market_reason or no_bucket
             if why is None and max_cost is not None and est.cost > max_cost:
                 why = f"est. ${est.cost:.2f} > budget ${max_cost:.2f}"
             if why is None and deadline is not None and est.total_seconds > deadline:
                 why = f"est. {est.hours:.2f} h > deadline {deadline / 3600:.2f} h"
             candidates.append(Candidate(offer, spot, est, eligible=market_reason is None, feasible=why is None,
-                                        reason=why, software=software.software_json(spec, offer)))
+                                        reason=why, software=software.software_json(spec, offer), checkpoint=base))
     feasible = [c for c in candidates if c.feasible]
     chosen = min(feasible, key=RANKS[optimize], default=None)
     if chosen:
@@ -251,6 +258,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     in_time = [c for c in workable if deadline is None or c.estimate.total_seconds <= deadline]
     retired = software.retired_wish_notes(spec, candidates)
     notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
+    notes += storage_notes(chosen)
     return Plan(candidates=candidates, chosen=chosen,
                 cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
                 fastest_hours_ignoring_deadline=min((c.estimate.hours for c in workable), default=None),
@@ -294,6 +302,7 @@ def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers:
     """The plan over every backend the spec names (this machine and the catalog's cloud offers)."""
     from infra import offers_for
 
+    check_checkpoint(spec)
     if offers is None:
         offers = offers_for(spec.resources.clouds)
     else:

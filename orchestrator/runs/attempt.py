@@ -12,12 +12,13 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from orchestrator.cli.render.display import JobView
 from orchestrator.cli.render.summary import offer_name
-from orchestrator.runs.entrypoint import entrypoint, num_workers, runtime_env
+from orchestrator.runs.entrypoint import (attempt_checkpoint, entrypoint, node_storage_env, num_workers,
+                                          runtime_env)
 from orchestrator.planning.spec import JobSpec
 from orchestrator.paths import job_log_path
 from orchestrator.state.db import Store, new_id
@@ -43,6 +44,8 @@ class AttemptContext:
     node_poll_s: float = 5.0
     clock: Callable[[], float] = time.time
     jobs_client: Callable[[str], object] | None = None  # address -> Jobs API client (default: RayJobs)
+    run_key: str = ""
+    cloud_checkpoints: dict = field(default_factory=dict)  # cloud -> the location its first attempt used
 
 
 def run_attempt(ctx: AttemptContext, cand, get_provider):
@@ -73,12 +76,18 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
     from orchestrator.runs.ray_jobs import ray_version  # not `import ray`: a second of imports
     from orchestrator.planning.software import boot_settings, job_env
 
+    # a later attempt on the same cloud resumes from the first one's bucket, whatever region it lands in
+    checkpoint = ctx.cloud_checkpoints.setdefault(
+        offer.cloud, attempt_checkpoint(spec, ctx.run_key, cand, default=ctx.checkpoint))
+    if "://" in checkpoint:
+        store.add_event(ctx.job_id, "checkpoint", {"location": checkpoint, "attempt": attempt})
     request = ClusterRequest(cluster_id=cluster_id, job_id=ctx.job_id, offer=offer, spot=cand.spot, num_nodes=nodes,
                              bootstrap=BootstrapConfig(ray_version=ray_version(),
                                                        python_packages=[*spec.requirements,
-                                                                        *checkpoint_packages(ctx.checkpoint)],
+                                                                        *checkpoint_packages(checkpoint)],
                                                        **watchdog_limits(spec), **boot_settings(spec, offer)),
-                             image=spec.resources.image, owner=owner_identity())
+                             image=spec.resources.image, owner=owner_identity(),
+                             storage=checkpoint if "://" in checkpoint else "")
     cluster = None
     try:
         cluster = provider.launch(request)
@@ -97,9 +106,12 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
     workers = num_workers(spec, offer.accelerator_count)
     local = runs_here(offer.cloud)
     submission = dict(
-        entrypoint=entrypoint(spec, local=local, workers=workers), submission_id=f"dlrun-{ctx.job_id}-{attempt}",
-        runtime_env=runtime_env(spec, job_id=ctx.job_id, checkpoint=ctx.checkpoint, price_per_hour=price_all,
-                                local=local, extra_env=job_env(offer)),
+        entrypoint=entrypoint(spec, local=local, workers=workers,
+                              notice_cloud=offer.cloud if cand.spot and not local else None),
+        submission_id=f"dlrun-{ctx.job_id}-{attempt}",
+        runtime_env=runtime_env(spec, job_id=ctx.job_id, checkpoint=checkpoint, price_per_hour=price_all, local=local,
+                                extra_env={**job_env(offer),
+                                           **({} if local else node_storage_env(checkpoint, offer.region))}),
         metadata={"dlrun_job_id": ctx.job_id, "dlrun_name": spec.name, "job_name": spec.name, "backend": offer.cloud,
                   "instance": offer.instance_type, "gpu": f"{offer.accelerator}:{offer.accelerator_count}"
                   if offer.accelerator else "CPU", "spot": str(cand.spot).lower(),

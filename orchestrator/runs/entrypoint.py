@@ -55,12 +55,44 @@ def checkpoint_packages(location: str) -> list[str]:
         return [name]
 
 
+def attempt_checkpoint(spec: JobSpec, key: str, cand, *, default: str) -> str:
+    """The checkpoint location of an attempt on `cand`: its planned bucket (or node disk), per run key."""
+    base = getattr(cand, "checkpoint", None)
+    if not base:
+        return default
+    return f"{base.rstrip('/')}/{spec.name}/{key}" if "://" in base else f"{base.rstrip('/')}/{key}"
+
+
+def node_storage_env(checkpoint: str, region: str) -> dict[str, str]:
+    """What a cloud node's S3 client needs besides its role: the region, and the S3 endpoint dlrun itself
+    uses when that is not AWS's (an S3-compatible store: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL). Never keys."""
+    if not checkpoint.startswith("s3://"):
+        return {}
+    env = {"AWS_DEFAULT_REGION": region}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        env["AWS_ENDPOINT_URL_S3"] = endpoint
+    return env
+
+
 def num_workers(spec: JobSpec, accelerator_count: int) -> int:
     return spec.resources.num_nodes * max(accelerator_count, 1) if spec.resources.num_nodes > 1 \
         else max(accelerator_count, 1)
 
 
-def entrypoint(spec: JobSpec, *, local: bool, workers: int) -> str:
+def entrypoint(spec: JobSpec, *, local: bool, workers: int, notice_cloud: str | None = None) -> str:
+    """The job's command; on a spot node of `notice_cloud`, run under jobs/notice.py's watcher."""
+    command = _command(spec, local=local, workers=workers)
+    from jobs.notice import CHECKS
+
+    if notice_cloud not in CHECKS:
+        return command
+    if spec.run:
+        command = f"sh -c {shlex.quote(command)}"
+    return f"python3 -m jobs.notice --cloud {notice_cloud} -- {command}"
+
+
+def _command(spec: JobSpec, *, local: bool, workers: int) -> str:
     python = shlex.quote(sys.executable) if local else "python3"
     if spec.run:
         return spec.run

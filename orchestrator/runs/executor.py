@@ -140,7 +140,8 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
     ctx = AttemptContext(job_id=job_id, spec=spec, store=store, display=display, view=view,
                          checkpoint=checkpoint_location(spec, key), poll_s=poll_s,
                          node_poll_s=node_poll_s if node_poll_s is not None else node_poll_default(),
-                         clock=clock, jobs_client=jobs_client)
+                         clock=clock, jobs_client=jobs_client, run_key=key,
+                         cloud_checkpoints=_used_checkpoints(store, job_id))
     blocked: set[str] = set()
     tried = Failures()
     checked: set[str] = set()
@@ -212,6 +213,18 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
             status = "BUDGET_EXCEEDED" if isinstance(e, BudgetExhaustedError) else "FAILED"
             store.set_status(job_id, status, str(e)[:500], message=str(e)[:500])
         raise
+
+
+def _used_checkpoints(store: Store, job_id: str) -> dict:
+    """cloud -> the bucket location earlier attempts there used (a restarted supervisor keeps them)."""
+    used = {}
+    for ev in store.events(job_id):
+        if ev["kind"] == "checkpoint":
+            loc = json.loads(ev["detail"]).get("location", "")
+            cloud = {"s3": "aws", "gs": "gcp"}.get(loc.split("://", 1)[0]) if "://" in loc else None
+            if cloud:
+                used.setdefault(cloud, loc)
+    return used
 
 
 class BudgetExhaustedError(NothingFitsError):

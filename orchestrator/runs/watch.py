@@ -65,6 +65,7 @@ class Watcher:
     _partial: str = ""  # the start of a line still being written
     _end_near: float | None = None  # when the end looked near (result printed, stream closed)
     _started: float | None = None
+    noticed: str | None = None  # why the job stopped early on a preemption notice (its checkpoint)
 
     def _consume_logs(self, final: bool = False) -> None:
         """What the log says since the last poll. The tail is opened once the job runs (or ended): the
@@ -101,8 +102,11 @@ class Watcher:
             if self._end_near is None:
                 self._end_near = self.clock()
         elif data.get("event") == "resumed":
-            self.display.message(f"resuming {self.view.name} from epoch {data.get('epoch')} (--fresh to start over)")
+            step = f" step {data['step']}" if data.get("step") else ""
+            self.display.message(f"resuming {self.view.name} from epoch {data.get('epoch')}{step} (--fresh to start over)")
             self.on_event("resumed", data)
+        elif data.get("event") in ("preemption_notice", "preempted_notice"):
+            self._notice_line(data)
         else:
             v = self.view
             v.epoch = int(data.get("epoch", v.epoch))
@@ -112,6 +116,18 @@ class Watcher:
             v.samples_per_s = data.get("samples_per_s", v.samples_per_s)
             v.metrics.update({k: x for k, x in data.items() if k not in REPORTED_SKIP})
             self.on_event("epoch", data)
+
+    def _notice_line(self, data: dict) -> None:
+        """The node saw a preemption notice (jobs/notice.py), or the job stopped on it with a checkpoint."""
+        if data["event"] == "preemption_notice":
+            self.noticed = self.noticed or f"preemption notice ({data.get('reason', '')})"
+            self.display.message(f"preemption notice: {data.get('reason', '')}; the job writes a checkpoint")
+            self.on_event("preemption_notice", data)
+            return
+        where = f"epoch {data.get('epoch')}" + (f" step {data['step']}" if data.get("step") else "")
+        self.noticed = f"preempted with notice, checkpoint at {where}"
+        self.display.message(self.noticed)
+        self.on_event("preempted_notice", data)
 
     def _check_budget(self, now: float) -> bool:
         if not self.max_cost:
@@ -189,6 +205,8 @@ class Watcher:
                 self._consume_logs(final=status in TERMINAL_RAY_STATUSES)
             self.display.update(self.view)
             if status in TERMINAL_RAY_STATUSES:
+                if status == "FAILED" and self.noticed is not None:  # it stopped for the notice: recover
+                    return Outcome("PREEMPTED", self.noticed, run_seconds=self._run_seconds())
                 code = self._exit_code()
                 detail = f"the job exited with code {code}" if status == "FAILED" and code is not None else ""
                 return Outcome(status, detail, result=self.result, run_seconds=self._run_seconds(), exit_code=code)

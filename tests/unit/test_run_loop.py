@@ -112,7 +112,10 @@ def test_success_records_result_cost_and_tears_down(store, clock):
         (chosen.offer.key, chosen.spot, 1, job_id)
     (client,) = jobs.clients
     (sub,) = client.submitted
-    assert sub["entrypoint"] == "python train.py" and sub["submission_id"] == f"dlrun-{job_id}-1"
+    # on a spot node the command runs under the preemption-notice watcher (jobs/notice.py)
+    wrapped = "python3 -m jobs.notice --cloud aws -- sh -c 'python train.py'"
+    assert sub["entrypoint"] == (wrapped if chosen.spot else "python train.py")
+    assert sub["submission_id"] == f"dlrun-{job_id}-1"
     assert sub["runtime_env"]["env_vars"]["DLRUN_JOB_ID"] == job_id
     assert sub["metadata"]["attempt"] == 1 and sub["metadata"]["backend"] == "aws"
     assert client.stopped == []  # a finished Ray job is not stopped

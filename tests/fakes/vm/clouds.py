@@ -21,11 +21,13 @@ import base64
 import copy
 import threading
 import time
+from urllib.parse import urlparse
 from typing import TYPE_CHECKING, Callable
 
 import boto3
 
 from .machine import VmSpec
+from .metadata import VmMetadata, moto_role_credentials
 
 if TYPE_CHECKING:
     from .lab import VmLab
@@ -132,6 +134,7 @@ class Ec2Watcher(Watcher):
         super().__init__(lab, user, interval_s)
         self.ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url,
                                 aws_access_key_id="testing", aws_secret_access_key="testing")
+        self.endpoint_url, self.region = endpoint_url, region
         self.consoles: set[str] = set()  # instance ids whose console output this watcher serves
 
     def stop(self) -> None:
@@ -173,7 +176,15 @@ class Ec2Watcher(Watcher):
         self.consoles.add(iid)
         return VmSpec(instance_id=iid, private_ip=inst["PrivateIpAddress"],
                       public_ip=inst.get("PublicIpAddress"), user=self.user, authorized_keys=keys,
-                      boot_script=base64.b64decode(value) if value else None, cloud_id=iid)
+                      boot_script=base64.b64decode(value) if value else None, cloud_id=iid,
+                      metadata=self._metadata(inst))
+
+    def _metadata(self, inst: dict):
+        """The VM's metadata service: its instance profile's credentials (moto STS), moto's S3 at its own port."""
+        profile = (inst.get("IamInstanceProfile") or {}).get("Arn")
+        role = (lambda: moto_role_credentials(self.endpoint_url, self.region, profile)) if profile else (lambda: None)
+        port = urlparse(self.endpoint_url).port
+        return lambda netns: VmMetadata(netns, role=role, s3_port=port)
 
 
 class GceWatcher(Watcher):

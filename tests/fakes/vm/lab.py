@@ -171,8 +171,12 @@ class VmLab:
             vm = Vm(spec, index, self.net.netns(index), vm_dir)
             try:
                 self.net.add_vm(index, spec.addresses)
+                if spec.metadata is not None:
+                    vm.metadata = spec.metadata(vm.netns).start()
                 vm.boot(self.image, self.boot_timeout_s)
             except BaseException:
+                if vm.metadata is not None:
+                    vm.metadata.stop()
                 vm.kill()
                 self.net.remove_vm(index, spec.addresses)
                 vm.remove_dir()
@@ -191,6 +195,8 @@ class VmLab:
             try:
                 vm.kill()
             finally:
+                if vm.metadata is not None:
+                    vm.metadata.stop()
                 self.net.remove_vm(vm.index, vm.spec.addresses)
                 vm.remove_dir()
                 self.dead.append(vm)

@@ -45,6 +45,7 @@ class VmSpec:
     hostname: str = ""
     sshd_delay_s: float = 0.0
     cloud_id: str = ""  # what the cloud would need to tell a replacement apart (GCE's numeric id)
+    metadata: object = None  # netns -> metadata.VmMetadata: the VM's 169.254.169.254 (EC2 VMs)
 
     def __post_init__(self):
         self.hostname = self.hostname or "ip-" + self.private_ip.replace(".", "-")
@@ -65,6 +66,7 @@ class Vm:
     pidns: str = ""  # 'pid:[inode]' of the VM's PID namespace, to find its processes
     netns_id: str = ""  # 'net:[inode]'
     power_handled: str = ""  # what the cloud did once the guest powered off (see power.py)
+    metadata: object = None  # its running metadata.VmMetadata, if its cloud gives it one
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     _console_after_death: str | None = field(default=None, repr=False)
 

@@ -1,0 +1,54 @@
+"""What a launch needs for checkpoints in S3: the bucket (dlrun's own is created on first use), the
+node role scoped to the run's prefix, boto3 on the node, and patience while IAM propagates."""
+from __future__ import annotations
+
+from botocore.exceptions import ClientError
+
+from infra.aws import storage
+from infra.aws.errors import error_code
+from infra.base import ProvisionError
+
+NODE_PACKAGES = ("boto3",)  # the node's S3 client (jobs/checkpoint.py); credentials come from the role
+
+
+def prepare_storage(session, url: str, *, region: str, owner: str, endpoint_url: str | None) -> str:
+    """The instance profile for a run stored at `url` (s3:// only); makes dlrun's run bucket if it is the one."""
+    if not url.startswith("s3://"):
+        raise ProvisionError(f"checkpoint {url} is not in S3: AWS nodes get credentials for S3 only; "
+                             "use s3://BUCKET/PREFIX", cloud="aws", region=region)
+    bucket, prefix = storage.split_url(url)
+    try:
+        if bucket == storage.run_bucket_name(owner, region):
+            s3 = session.client("s3", region_name=region, endpoint_url=endpoint_url)
+            storage.ensure_run_bucket(s3, bucket, region, owner)
+        iam = session.client("iam", endpoint_url=endpoint_url)
+        return storage.ensure_node_profile(iam, bucket, prefix, owner)
+    except ClientError as e:
+        if error_code(e) == "BucketAlreadyExists":
+            raise ProvisionError(f"the S3 bucket name {bucket} belongs to another account: set "
+                                 "checkpoint: s3://YOUR-BUCKET/PREFIX in the job file", cloud="aws",
+                                 region=region) from None
+        raise
+
+
+def _profile_not_visible_yet(e: ClientError) -> bool:
+    # IAM is eventually consistent: a new instance profile can be refused by EC2 for seconds
+    # (https://docs.aws.amazon.com/IAM/latest/UserGuide/troubleshoot_general.html#troubleshoot_general_eventual-consistency,
+    # hashicorp/packer#9810 retries on exactly this message)
+    msg = e.response.get("Error", {}).get("Message", "")
+    return error_code(e) == "InvalidParameterValue" and "iamInstanceProfile" in msg
+
+
+def run_instances(ec2, params: dict, poll) -> dict:
+    """ec2.run_instances, retried while a just-made instance profile is not visible to EC2 yet."""
+    if "IamInstanceProfile" not in params:
+        return ec2.run_instances(**params)
+
+    def attempt():
+        try:
+            return ec2.run_instances(**params)
+        except ClientError as e:
+            if _profile_not_visible_yet(e):
+                return None
+            raise
+    return poll(attempt, f"instance profile {params['IamInstanceProfile']['Name']} not visible to EC2 yet")

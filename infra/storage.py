@@ -1,0 +1,29 @@
+"""Which bucket a cloud's nodes can keep checkpoints in, without importing any cloud SDK.
+
+NODE_SCHEMES: the bucket scheme a backend's nodes get scoped credentials for (infra/<cloud>/storage.py);
+a backend absent here gives its nodes no storage credentials yet.
+"""
+from __future__ import annotations
+
+NODE_SCHEMES = {"aws": "s3"}
+
+
+def node_scheme(cloud: str) -> str | None:
+    return NODE_SCHEMES.get(cloud)
+
+
+def run_bucket_url(cloud: str, region: str, owner: str) -> str | None:
+    """dlrun's own checkpoint bucket (as s3://.../runs) for this owner and region, or None."""
+    if cloud == "aws":
+        from infra.aws.storage import run_bucket_url as aws_url
+
+        return aws_url(owner, region)
+    return None
+
+
+def expiry_days(cloud: str) -> int | None:
+    if cloud == "aws":
+        from infra.aws.storage import RUN_EXPIRY_DAYS
+
+        return RUN_EXPIRY_DAYS
+    return None

@@ -1,0 +1,182 @@
+"""What a cloud VM finds at 169.254.169.254, and the S3 endpoint it can reach: served inside a lab VM's
+network namespace by threads of the test process.
+
+Why threads here and not a process in the VM: the answers come from the fake cloud (the instance's
+role credentials are minted by moto's STS for the instance profile EC2 says it has), and the S3
+forwarder must reach moto's server on this machine's loopback, which no VM can route to. A socket
+keeps the network namespace it was made in, so each listener is made by a short-lived thread that
+entered the VM's namespace (setns), then served from ordinary threads here.
+
+- IMDSv2: PUT /latest/api/token; with the token: meta-data/iam/security-credentials/[ROLE] (the
+  instance profile's role, assumed through STS) and meta-data/spot/instance-action (404 until notice()).
+- S3: 127.0.0.1:PORT in the VM forwards to 127.0.0.1:PORT here (moto's server), so the endpoint URL
+  dlrun hands the node is the one it uses itself.
+"""
+from __future__ import annotations
+
+import ctypes
+import http.server
+import json
+import secrets
+import socket
+import threading
+import time
+from typing import Callable
+
+from .net import ip
+
+METADATA_IP = "169.254.169.254"
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def in_netns(netns: str, make: Callable[[], object]):
+    """make() run by a thread that entered the named network namespace (sockets it makes stay there)."""
+    box: dict = {}
+
+    def run():
+        try:
+            with open(f"/run/netns/{netns}") as f:
+                if _libc.setns(f.fileno(), CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), f"setns into {netns} failed")
+            box["value"] = make()
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=run, name=f"setns-{netns}")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class VmMetadata:
+    def __init__(self, netns: str, *, role: Callable[[], tuple[str, dict] | None] = lambda: None,
+                 s3_port: int | None = None):
+        self.netns, self.role, self.s3_port = netns, role, s3_port
+        self.instance_action: dict | None = None
+        self.tokens: set[str] = set()
+        self.requests: list[str] = []
+        self._servers: list = []
+        self._stop = threading.Event()
+
+    def notice(self) -> None:
+        """EC2 posts the interruption notice (two minutes before it takes the spot instance)."""
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
+        self.instance_action = {"action": "terminate", "time": when}
+
+    def start(self) -> "VmMetadata":
+        # minted now: the instance profile is there from launch, and IMDS answers within botocore's 1 s
+        credentials = self.role()
+        self.role = lambda: credentials
+        ip("-n", self.netns, "addr", "add", f"{METADATA_IP}/32", "dev", "lo")
+        httpd = in_netns(self.netns, lambda: http.server.ThreadingHTTPServer((METADATA_IP, 80), self._handler()))
+        self._servers.append(httpd)
+        threading.Thread(target=httpd.serve_forever, daemon=True, name=f"imds-{self.netns}").start()
+        if self.s3_port:
+            listener = in_netns(self.netns, lambda: socket.create_server(("127.0.0.1", self.s3_port)))
+            self._servers.append(listener)
+            threading.Thread(target=self._forward_loop, args=(listener,), daemon=True,
+                             name=f"s3-fwd-{self.netns}").start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for s in self._servers:
+            if isinstance(s, http.server.HTTPServer):
+                s.shutdown()
+                s.server_close()
+            else:
+                s.close()
+
+    # ------------------------------------------------------------ S3 forwarding
+    def _forward_loop(self, listener: socket.socket) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.s3_port), timeout=10)
+            except OSError:
+                conn.close()
+                continue
+            upstream.settimeout(None)
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+    # ------------------------------------------------------------ IMDSv2
+    def _handler(self):
+        meta = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code: int, body: str = "") -> None:
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_PUT(self):
+                meta.requests.append(f"PUT {self.path}")
+                if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                    token = secrets.token_urlsafe(24)
+                    meta.tokens.add(token)
+                    return self._send(200, token)
+                self._send(400)
+
+            def do_GET(self):
+                meta.requests.append(f"GET {self.path}")
+                if self.headers.get("X-aws-ec2-metadata-token") not in meta.tokens:
+                    return self._send(401)
+                path = self.path.rstrip("/")
+                if path == "/latest/meta-data/spot/instance-action":
+                    return self._send(200, json.dumps(meta.instance_action)) if meta.instance_action \
+                        else self._send(404)
+                prefix = "/latest/meta-data/iam/security-credentials"
+                if path == prefix or path.startswith(prefix + "/"):
+                    role = meta.role()
+                    if role is None:
+                        return self._send(404)
+                    name, creds = role
+                    return self._send(200, name if path == prefix else json.dumps(creds))
+                self._send(404)
+
+        return Handler
+
+
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def moto_role_credentials(endpoint_url: str, region: str, profile_arn: str) -> tuple[str, dict] | None:
+    """(role name, IMDS credential document) for an instance profile, minted by moto's STS."""
+    import boto3
+
+    session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region)
+    iam = session.client("iam", endpoint_url=endpoint_url)
+    roles = iam.get_instance_profile(InstanceProfileName=profile_arn.rsplit("/", 1)[1])["InstanceProfile"]["Roles"]
+    if not roles:
+        return None
+    role = roles[0]
+    c = session.client("sts", endpoint_url=endpoint_url).assume_role(
+        RoleArn=role["Arn"], RoleSessionName="i-node")["Credentials"]
+    return role["RoleName"], {
+        "Code": "Success", "Type": "AWS-HMAC", "AccessKeyId": c["AccessKeyId"],
+        "SecretAccessKey": c["SecretAccessKey"], "Token": c["SessionToken"],
+        "LastUpdated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "Expiration": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 6 * 3600))}
