@@ -10,7 +10,7 @@ from infra.aws.storage import run_bucket_url
 from infra.identity import owner_identity
 from orchestrator.cli import plan as cli_plan
 from orchestrator.errors import EXIT_BAD_INPUT, SpecError
-from orchestrator.planning import planner
+from orchestrator.planning import planner, software
 from orchestrator.planning.spec import parse_job
 from orchestrator.planning.storage_plan import NODE_DISK
 from tests.test_cli_plan import invoke, job_file
@@ -21,6 +21,11 @@ REF = {"reference": {"accelerator": "T4", "hours": 1.0}}
 
 def spec(**fields):
     return parse_job(yaml.safe_dump({"name": "t", "job": "cnn", **REF, **fields}))
+
+
+def runnable(s, c) -> bool:
+    """The model fits and the job's torch can use the GPU (else that reason comes first)."""
+    return c.estimate.fits and software.exclusion_reason(s, c.offer) is None
 
 
 def cands(plan, cloud, spot):
@@ -39,33 +44,36 @@ def test_aws_candidates_keep_checkpoints_in_dlruns_bucket_of_their_region(monkey
 
 
 def test_spot_on_gcp_is_refused_with_the_reason_and_on_demand_keeps_the_node_disk():
-    plan = planner.plan(spec(resources={"clouds": ["gcp"]}), CATALOG, profile=PROFILE)
+    s = spec(resources={"clouds": ["gcp"]})
+    plan = planner.plan(s, CATALOG, profile=PROFILE)
     spot, on_demand = cands(plan, "gcp", True), cands(plan, "gcp", False)
     assert spot and all(not c.eligible for c in spot)
-    fits = [c for c in spot if c.estimate.fits]  # the others say first that the model does not fit
+    fits = [c for c in spot if runnable(s, c)]  # the others say first why they cannot run it at all
     assert fits and all("spot needs checkpoints in a bucket" in c.reason for c in fits)
     assert all(c.checkpoint == NODE_DISK for c in on_demand)
     assert plan.chosen is not None and not plan.chosen.spot
     # restarts on error relaunch the cluster: they need a bucket too
-    plan = planner.plan(spec(resources={"clouds": ["gcp"]}, max_restarts_on_errors=1), CATALOG, profile=PROFILE)
-    on_demand = [c for c in cands(plan, "gcp", False) if c.estimate.fits]
+    s = spec(resources={"clouds": ["gcp"]}, max_restarts_on_errors=1)
+    plan = planner.plan(s, CATALOG, profile=PROFILE)
+    on_demand = [c for c in cands(plan, "gcp", False) if runnable(s, c)]
     assert plan.chosen is None and on_demand and all("max_restarts_on_errors" in c.reason for c in on_demand)
 
 
 def test_the_jobs_bucket_is_used_where_its_cloud_can_reach_it():
-    plan = planner.plan(spec(checkpoint="s3://team/exp/", resources={"clouds": ["aws", "gcp"]}), CATALOG,
-                        profile=PROFILE)
+    s = spec(checkpoint="s3://team/exp/", resources={"clouds": ["aws", "gcp"]})
+    plan = planner.plan(s, CATALOG, profile=PROFILE)
     assert {c.checkpoint for c in plan.candidates if c.offer.cloud == "aws"} == {"s3://team/exp"}
     gcp = [c for c in plan.candidates if c.offer.cloud == "gcp"]
     assert gcp and all(not c.eligible for c in gcp)
-    assert all("out of reach of gcp nodes" in c.reason for c in gcp if c.estimate.fits)
+    assert all("out of reach of gcp nodes" in c.reason for c in gcp if runnable(s, c))
     assert plan.chosen.offer.cloud == "aws"
 
 
 def test_a_local_checkpoint_dir_with_a_cloud_is_refused_at_plan_time(tmp_path):
     with pytest.raises(SpecError, match=r"checkpoint: ~/ck is a directory on this machine.*s3://BUCKET/PREFIX"):
         planner.plan_job(spec(checkpoint="~/ck", resources={"clouds": ["local", "aws"]}), offers=CATALOG)
-    path = job_file(tmp_path, checkpoint="~/ck", resources={"clouds": ["local", "gcp"]}, **REF)
+    path = job_file(tmp_path, checkpoint="~/ck", resources={"clouds": ["local", "gcp"]},
+                    budget={"deadline": "1000h"}, **REF)  # a T4-hour is ~300 h of this CPU
     code, result = invoke(cli_plan.plan_command, [path])
     assert code == EXIT_BAD_INPUT and "nodes on gcp cannot reach" in str(result.exception)
     code, result = invoke(cli_plan.plan_command, [path, "--backend", "local", "--json"])  # fine on this machine

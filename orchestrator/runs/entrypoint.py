@@ -60,7 +60,9 @@ def attempt_checkpoint(spec: JobSpec, key: str, cand, *, default: str) -> str:
     base = getattr(cand, "checkpoint", None)
     if not base:
         return default
-    return f"{base.rstrip('/')}/{spec.name}/{key}" if "://" in base else f"{base.rstrip('/')}/{key}"
+    if "://" not in base or base == (spec.checkpoint or "").rstrip("/"):
+        return f"{base.rstrip('/')}/{key}"  # the job's own location: as checkpoint_location (and --fresh) has it
+    return f"{base.rstrip('/')}/{spec.name}/{key}"  # dlrun's bucket holds every job of its owner
 
 
 def node_storage_env(checkpoint: str, region: str) -> dict[str, str]:

@@ -31,7 +31,9 @@ def test_a_cloud_run_ships_the_code_jobs_and_what_its_checkpoints_need(store, cl
     assert packages == ["einops==0.8.0", f"boto3=={version('boto3')}"]  # jobs.checkpoint's S3 client
     sent = jobs.clients[0].submitted[0]
     renv = sent["runtime_env"]
-    assert sent["entrypoint"] == "python train.py" and renv["working_dir"] == spec.workdir
+    # a spot node runs the command under the preemption-notice watcher
+    command = "python3 -m jobs.notice --cloud aws -- sh -c 'python train.py'" if plan.chosen.spot else "python train.py"
+    assert sent["entrypoint"] == command and renv["working_dir"] == spec.workdir
     assert renv["py_modules"] == [str(JOBS_DIR)] and ".git" in renv["excludes"]
     key = run_key(spec)
     assert renv["env_vars"]["DLRUN_CHECKPOINT_DIR"] == f"s3://ckpt-bucket/runs/{key}"

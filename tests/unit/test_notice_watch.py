@@ -33,7 +33,7 @@ def test_a_failure_without_a_notice_is_a_failure():
 def test_the_resumed_step_is_shown():
     h = Harness(["RUNNING", ("SUCCEEDED", metric(event="resumed", epoch=3, step=12))])
     h.run()
-    assert "resumed from checkpoint at epoch 3 step 12" in h.display.messages
+    assert "resuming w from epoch 3 step 12 (--fresh to start over)" in h.display.messages
 
 
 # --- through the run loop (executor + attempt, fake backend and Jobs API) ---------------------------
