@@ -262,7 +262,8 @@ def test_an_interrupted_submit_says_what_it_cancelled(capsys, tmp_path, monkeypa
     code, out, err = dlrun(capsys, "submit", str(job), "--backend", "local")
 
     assert code == 130 and out == ""
-    (line,) = err.strip().splitlines()
+    choice, line = [x for x in err.splitlines() if x]  # the line submit prints before it starts, then the outcome
+    assert choice.startswith("running on local CPU: est. ")
     assert re.fullmatch(r"dlrun: interrupted: j-\S+ CANCELLED on local CPU after 2\.0 s, \$0\.0000 \(interrupted "
                         r"with Ctrl-C\): nothing is left running \(the local Ray head stays up for its dashboard; "
                         r"`dlrun down` stops it\)", line), line

@@ -149,6 +149,7 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
     restarts = 0
     plan = first_plan
     cand = None
+    skipped = None  # a cloud the preflight ruled out
     try:
         outcome = reattach(ctx, get_provider) if resume else None
         while True:
@@ -172,13 +173,16 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
                         raise err(tried.summary("provisioning failed everywhere"))
                     _require_choice(plan, spec)
                 cand, plan = plan.chosen, None
+                if skipped:  # said only when the run goes on elsewhere; else the final error says it once
+                    display.message(skipped)
+                    skipped = None
                 if cand.offer.cloud not in checked:  # once per cloud, before anything is provisioned there
                     checked.add(cand.offer.cloud)
                     error = preflight(cand.offer.cloud, get_provider)
                     if error is not None:
                         blocked.add(cand.offer.cloud)
                         tried.add(cand.offer.cloud, error)
-                        display.message(f"{cand.offer.cloud} skipped: {error.message}")
+                        skipped = f"{cand.offer.cloud} skipped: {error.message}"
                         store.add_event(job_id, "preflight_failed", {"cloud": cand.offer.cloud, "error": error.message})
                         continue
                 outcome = run_attempt(ctx, cand, get_provider)
