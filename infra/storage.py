@@ -5,7 +5,7 @@ a backend absent here gives its nodes no storage credentials yet.
 """
 from __future__ import annotations
 
-NODE_SCHEMES = {"aws": "s3"}
+NODE_SCHEMES = {"aws": "s3", "gcp": "gs"}
 
 
 def node_scheme(cloud: str) -> str | None:
@@ -13,11 +13,15 @@ def node_scheme(cloud: str) -> str | None:
 
 
 def run_bucket_url(cloud: str, region: str, owner: str) -> str | None:
-    """dlrun's own checkpoint bucket (as s3://.../runs) for this owner and region, or None."""
+    """dlrun's own checkpoint bucket (as s3://.../runs or gs://.../runs) for this owner and region, or None."""
     if cloud == "aws":
         from infra.aws.storage import run_bucket_url as aws_url
 
         return aws_url(owner, region)
+    if cloud == "gcp":
+        from infra.gcp.storage import run_bucket_url as gcp_url
+
+        return gcp_url(owner, region)
     return None
 
 
@@ -26,4 +30,8 @@ def expiry_days(cloud: str) -> int | None:
         from infra.aws.storage import RUN_EXPIRY_DAYS
 
         return RUN_EXPIRY_DAYS
+    if cloud == "gcp":
+        from infra.gcp.storage import RUN_EXPIRY_DAYS as gcp_days
+
+        return gcp_days
     return None
