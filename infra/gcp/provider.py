@@ -144,6 +144,12 @@ class GcpProvider(VmProvider):
 
     def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> dict:
         self._check_ssh_access()
+        cfg, account = request.bootstrap or BootstrapConfig(ray_version=local_ray_version("gcp")), ""
+        if request.storage:
+            account = prepare_storage(self._credentials, self.project, request.storage, region=request.offer.region,
+                                      owner=request.owner or owner_identity(), storage_endpoint=self.storage_endpoint,
+                                      iam_endpoint=self.iam_endpoint)
+            cfg = replace(cfg, python_packages=[*cfg.python_packages, *NODE_PACKAGES])
         self._ensure_network(request.offer.region)
         for rule in net.firewall_rules(request.cluster_id, ssh_cidr, net.network_link(self.project)):
             try:
@@ -155,12 +161,6 @@ class GcpProvider(VmProvider):
         if not key_path(request.cluster_id).exists():
             created.key = request.cluster_id
         _, public_key = ensure_cluster_key(request.cluster_id, comment=net.SSH_USER)
-        cfg, account = request.bootstrap or BootstrapConfig(ray_version=local_ray_version("gcp")), ""
-        if request.storage:
-            account = prepare_storage(self._credentials, self.project, request.storage, region=request.offer.region,
-                                      owner=request.owner or owner_identity(), storage_endpoint=self.storage_endpoint,
-                                      iam_endpoint=self.iam_endpoint)
-            cfg = replace(cfg, python_packages=[*cfg.python_packages, *NODE_PACKAGES])
         return dict(public_key=public_key, cfg=cfg, service_account=account)
 
     def _ensure_network(self, region: str) -> None:

@@ -106,11 +106,17 @@ def ensure_node_account(iam, client, bucket: str, prefix: str, owner: str) -> st
     member = f"serviceAccount:{email}"
     # replace (not only add) this account's bindings: a policy left half-made by an interrupted launch
     kept = [x for x in policy.bindings if member not in x.get("members", ())]
-    if kept + wanted != list(policy.bindings):
+    mine = [_plain(x) for x in policy.bindings if member in x.get("members", ())]
+    if mine != wanted:
         policy.version = POLICY_VERSION
         policy.bindings = kept + wanted
         b.set_iam_policy(policy)
     return email
+
+
+def _plain(binding: dict) -> dict:
+    """A binding as node_bindings writes it (the client library hands members back as a set)."""
+    return {**binding, "members": sorted(binding.get("members", ()))}
 
 
 def _label(value: str) -> str:
