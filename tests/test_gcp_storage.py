@@ -169,3 +169,14 @@ def test_a_node_writes_and_resumes_its_gs_checkpoint_and_cannot_touch_another_ru
     assert not any(n.startswith("runs/other-job/") for b, n in gcs.objects)
     node_calls = [h.get("authorization") for _, p, h, _ in gcs.requests if "/o" in p]
     assert node_calls and set(node_calls) == {f"Bearer sa:{email}"}  # the metadata server's token, nothing else
+
+
+def test_a_missing_gcs_bucket_stops_a_built_in_job_with_one_line(gcs, monkeypatch, capsys):
+    from jobs import cnn
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.endpoint)
+    with pytest.raises(SystemExit) as exit_info:
+        cnn.main(["--epochs", "1", "--checkpoint-dir", "gs://nowhere/x"])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "GCS bucket 'nowhere' does not exist" in err
