@@ -180,3 +180,12 @@ def test_a_missing_gcs_bucket_stops_a_built_in_job_with_one_line(gcs, monkeypatc
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
     assert "GCS bucket 'nowhere' does not exist" in err
+
+
+def test_the_node_env_names_dlruns_gcs_endpoint_and_never_a_credential(monkeypatch):
+    from orchestrator.runs.entrypoint import node_storage_env
+
+    monkeypatch.delenv("DLRUN_GCS_ENDPOINT", raising=False)
+    assert node_storage_env(f"{RUN_URL}/k", REGION) == {}  # Google's endpoint; the account's token from metadata
+    monkeypatch.setenv("DLRUN_GCS_ENDPOINT", "http://10.0.0.2:4443")
+    assert node_storage_env(f"{RUN_URL}/k", REGION) == {"API_ENDPOINT_OVERRIDE": "http://10.0.0.2:4443"}
