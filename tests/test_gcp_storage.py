@@ -86,8 +86,9 @@ def test_nodes_run_as_an_account_bound_to_the_runs_prefix_only_and_carry_no_key(
     assert '.startsWith("runs/digits/0123abcd/")' in mine[1]["condition"]["expression"]
     assert gcs.policies[BUCKET]["version"] == 3
     # the account is granted nothing else: no project-level call, no key ever made
-    assert [p for _, p, *_ in gcs.requests if "/serviceAccounts" in p] == \
-        [f"/v1/projects/{gce.project}/serviceAccounts"]
+    base = f"/v1/projects/{gce.project}/serviceAccounts"
+    assert [(m, p) for m, p, *_ in gcs.requests if p.startswith("/v1/")] == \
+        [("POST", base), ("GET", f"{base}/{email}")]  # made and read back; no keys, no project policy
     # relaunching the same run reuses the account and leaves the policy as it is
     puts = len(calls(gcs, "PUT", "/iam"))
     launch(provider, RUN_URL, cluster_id="c-2")
@@ -189,3 +190,17 @@ def test_the_node_env_names_dlruns_gcs_endpoint_and_never_a_credential(monkeypat
     assert node_storage_env(f"{RUN_URL}/k", REGION) == {}  # Google's endpoint; the account's token from metadata
     monkeypatch.setenv("DLRUN_GCS_ENDPOINT", "http://10.0.0.2:4443")
     assert node_storage_env(f"{RUN_URL}/k", REGION) == {"API_ENDPOINT_OVERRIDE": "http://10.0.0.2:4443"}
+
+
+def test_a_just_made_account_is_waited_for_not_failed(gce, gcs, provider, monkeypatch):
+    # IAM is eventually consistent: the new account reads as 404 and setIamPolicy does not know it yet
+    from infra.gcp import iam
+
+    monkeypatch.setattr(iam, "VISIBLE_POLL_S", 0.01)
+    monkeypatch.setattr(storage, "POLICY_RETRY_S", 0.01)
+    gcs.account_lag = 3
+    launch(provider, RUN_URL, spot=True)
+    (email,) = gcs.accounts
+    assert len(gce.instances) == 1 and any(f"serviceAccount:{email}" in b["members"] for b in gcs.policies[BUCKET]["bindings"])
+    assert len([p for m, p, *_ in gcs.requests if m == "GET" and p.endswith(email)]) == 4
+    assert len(calls(gcs, "PUT", "/iam")) == 4

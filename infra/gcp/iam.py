@@ -5,9 +5,13 @@ projects.serviceAccounts); `endpoint` replaces https://iam.googleapis.com for an
 """
 from __future__ import annotations
 
+import time
 from urllib.parse import quote
 
 DEFAULT_ENDPOINT = "https://iam.googleapis.com"
+# A new account is not visible everywhere at once (cloud.google.com/iam/docs/overview#consistency); like
+# Terraform's google_service_account (GoogleCloudPlatform/magic-modules#14447) dlrun reads it back until it is.
+VISIBLE_TIMEOUT_S, VISIBLE_POLL_S = 120.0, 2.0
 
 
 class IamError(Exception):
@@ -17,11 +21,11 @@ class IamError(Exception):
 
 
 class IamApi:
-    def __init__(self, credentials, project: str, endpoint: str | None = None):
+    def __init__(self, credentials, project: str, endpoint: str | None = None, sleep=time.sleep):
         from google.auth.transport.requests import AuthorizedSession
 
         self.session = AuthorizedSession(credentials)
-        self.project = project
+        self.project, self.sleep = project, sleep
         self.base = f"{(endpoint or DEFAULT_ENDPOINT).rstrip('/')}/v1/projects/{project}/serviceAccounts"
 
     def _call(self, method: str, url: str, body: dict | None = None) -> dict:
@@ -45,12 +49,29 @@ class IamApi:
     def ensure_service_account(self, account: str, *, display_name: str, description: str) -> str:
         """Create projects/P/serviceAccounts/ACCOUNT (409: it exists, reused); its email."""
         body = {"accountId": account, "serviceAccount": {"displayName": display_name, "description": description}}
+        email = f"{account}@{self.project}.iam.gserviceaccount.com"
         try:
-            return self._call("POST", self.base, body)["email"]
+            email = self._call("POST", self.base, body)["email"]
         except IamError as e:
             if e.status != 409:
                 raise
-        return f"{account}@{self.project}.iam.gserviceaccount.com"
+        self.wait_visible(email)
+        return email
+
+    def wait_visible(self, email: str) -> None:
+        """Until GET answers (a just-made account can read as 404, or 403, for a while)."""
+        deadline = time.monotonic() + VISIBLE_TIMEOUT_S
+        while True:
+            try:
+                if self.get(email) is not None:
+                    return
+            except IamError as e:
+                if e.status != 403:
+                    raise
+            if time.monotonic() > deadline:
+                raise IamError(404, f"service account {email} was made but is still not visible "
+                                    f"after {VISIBLE_TIMEOUT_S:.0f} s")
+            self.sleep(VISIBLE_POLL_S)
 
     def delete(self, email: str) -> bool:
         try:

@@ -110,8 +110,26 @@ def ensure_node_account(iam, client, bucket: str, prefix: str, owner: str) -> st
     if mine != wanted:
         policy.version = POLICY_VERSION
         policy.bindings = kept + wanted
-        b.set_iam_policy(policy)
+        _set_policy(b, policy, email, iam.sleep)
     return email
+
+
+POLICY_TRIES, POLICY_RETRY_S = 30, 2.0
+
+
+def _set_policy(bucket, policy, email: str, sleep) -> None:
+    """setIamPolicy, retried while Cloud Storage does not know the just-made account yet (400 naming it:
+    IAM is eventually consistent, cloud.google.com/iam/docs/overview#consistency)."""
+    from google.api_core.exceptions import BadRequest
+
+    for attempt in range(POLICY_TRIES):
+        try:
+            bucket.set_iam_policy(policy)
+            return
+        except BadRequest as e:
+            if email not in str(e) or attempt == POLICY_TRIES - 1:
+                raise
+            sleep(POLICY_RETRY_S)
 
 
 def _plain(binding: dict) -> dict:

@@ -47,11 +47,15 @@ class FakeGcs:
     objects: dict = field(default_factory=dict)   # (bucket, name) -> (bytes, object JSON)
     accounts: dict = field(default_factory=dict)  # email -> service account JSON
     foreign_buckets: set = field(default_factory=set)  # names another project holds: 403 to us
+    # IAM is eventually consistent: a new account reads as 404 (IAM GET) and is unknown to setIamPolicy
+    # (400) for this many such calls each after its creation
+    account_lag: int = 0
     requests: list = field(default_factory=list)  # (method, path, headers, body bytes) of every call
 
     def __post_init__(self):
         self._lock = threading.Lock()
         self._generation = 0
+        self._unseen: dict[str, list[int]] = {}  # email -> [IAM GETs, setIamPolicy calls] still to refuse
 
     def start(self) -> "FakeGcs":
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -125,13 +129,21 @@ class FakeGcs:
                 raise ApiError(409, f"Service account {account} already exists within project {project}.")
             self.accounts[email] = {"name": f"projects/{project}/serviceAccounts/{email}", "email": email,
                                     "projectId": project, **(body.get("serviceAccount") or {})}
+            self._unseen[email] = [self.account_lag, self.account_lag]
             return 200, self.accounts[email], {}
-        if email not in self.accounts:
+        if email not in self.accounts or self._not_seen_yet(email, 0):
             raise ApiError(404, f"Service account projects/{project}/serviceAccounts/{email} not found.")
         if method == "DELETE":
             del self.accounts[email]
             return 200, {}, {}
         return 200, self.accounts[email], {}
+
+    def _not_seen_yet(self, email: str, which: int) -> bool:
+        left = self._unseen.get(email)
+        if left and left[which] > 0:
+            left[which] -= 1
+            return True
+        return False
 
     # ------------------------------------------------------------------ buckets
     def _insert_bucket(self, query, body):
@@ -171,7 +183,8 @@ class FakeGcs:
             raise ApiError(400, "IAM policy with conditions must be version 3")
         for binding in body.get("bindings", []):
             for member in binding.get("members", []):
-                if member.startswith("serviceAccount:") and member.split(":", 1)[1] not in self.accounts:
+                email = member.split(":", 1)[1]
+                if member.startswith("serviceAccount:") and (email not in self.accounts or self._not_seen_yet(email, 1)):
                     raise ApiError(400, f"Service account {member} does not exist.")
         self.policies[name] = {**body, "kind": "storage#policy", "resourceId": f"projects/_/buckets/{name}",
                                "etag": base64.b64encode(hashlib.md5(json.dumps(body).encode()).digest()).decode()}
