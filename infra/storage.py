@@ -6,10 +6,19 @@ a backend absent here gives its nodes no storage credentials yet.
 from __future__ import annotations
 
 NODE_SCHEMES = {"aws": "s3", "gcp": "gs"}
+# Clouds whose single on-demand attempts keep checkpoints on the node's disk (no bucket, no node identity)
+# unless the job names a bucket. GCP: each bucket run needs its own service account, and a project holds
+# 100 by default (cloud.google.com/iam/quotas), so only runs that need a second attempt get one.
+BUCKET_WHEN_NEEDED = {"gcp"}
 
 
 def node_scheme(cloud: str) -> str | None:
     return NODE_SCHEMES.get(cloud)
+
+
+def bucket_for_every_run(cloud: str) -> bool:
+    """False: only runs that may need a second attempt (spot, restarts) use dlrun's bucket on `cloud`."""
+    return cloud not in BUCKET_WHEN_NEEDED
 
 
 def run_bucket_url(cloud: str, region: str, owner: str) -> str | None:

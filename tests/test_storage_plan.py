@@ -59,6 +59,10 @@ def test_gcp_candidates_keep_checkpoints_in_dlruns_gs_bucket_of_their_region(mon
                         CATALOG, profile=PROFILE)
     assert plan.chosen is not None and plan.chosen.checkpoint == gcp_bucket_url("alice", plan.chosen.offer.region)
     assert all(c.checkpoint != NODE_DISK for c in cands(plan, "gcp", False))
+    # a single on-demand attempt keeps the node's disk there: no bucket, no service account per run
+    plan = planner.plan(spec(resources={"clouds": ["gcp"], "spot": "never"}), CATALOG, profile=PROFILE)
+    assert plan.chosen is not None and {c.checkpoint for c in cands(plan, "gcp", False)} == {NODE_DISK}
+    assert any("own disk" in n for n in plan.notes)
 
 
 def test_the_jobs_bucket_is_used_where_its_cloud_can_reach_it():
