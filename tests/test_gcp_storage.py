@@ -53,7 +53,7 @@ def calls(fake, method, suffix):
 def test_launch_makes_the_run_bucket_once_with_its_lifecycle_and_reuses_it(gce, gcs, provider):
     launch(provider, RUN_URL, spot=True)
     (bucket,) = gcs.buckets.values()
-    assert bucket["name"] == BUCKET and bucket["location"] == REGION
+    assert bucket["name"] == BUCKET and bucket["location"] == REGION.upper()
     assert bucket["lifecycle"]["rule"] == [{"action": {"type": "Delete"},
                                             "condition": {"age": storage.RUN_EXPIRY_DAYS, "matchesPrefix": ["runs/"]}}]
     assert bucket["iamConfiguration"] == {"uniformBucketLevelAccess": {"enabled": True},
@@ -100,7 +100,8 @@ def test_a_users_bucket_is_used_as_is(gce, gcs, provider):
     launch(provider, "gs://team-ckpt/exp/digits/k1")
     assert list(gcs.buckets) == ["team-ckpt"]  # no run bucket made
     (objects, _) = [b for b in gcs.policies["team-ckpt"]["bindings"] if "condition" in b]
-    assert objects["condition"]["expression"] == 'resource.name.startsWith("projects/_/buckets/team-ckpt/objects/exp/digits/k1/")'
+    assert objects["condition"]["expression"] == \
+        'resource.name.startsWith("projects/_/buckets/team-ckpt/objects/exp/digits/k1/")'
     assert gcs.policies.get(BUCKET) is None
 
 
@@ -159,7 +160,8 @@ def test_a_node_writes_and_resumes_its_gs_checkpoint_and_cannot_touch_another_ru
         trained = on_node(meta, gcs, location, "train")
         assert trained["points"] == [[2, 0], [3, 0]]  # the newest two kept
         prefix = "runs/digits/0123abcd/run-key-1/"
-        assert sorted(n for b, n in gcs.objects if b == BUCKET) == [f"{prefix}epoch-000002.pt", f"{prefix}epoch-000003.pt"]
+        assert sorted(n for b, n in gcs.objects if b == BUCKET) == [f"{prefix}epoch-000002.pt",
+                                                                    f"{prefix}epoch-000003.pt"]
         # a later checkpoint that does not read back whole is skipped; the one before resumes
         damaged = dict(gcs.objects[(BUCKET, f"{prefix}epoch-000003.pt")][1], name=f"{prefix}epoch-000004.pt")
         gcs.objects[(BUCKET, damaged["name"])] = (b"not a checkpoint", damaged)
@@ -201,6 +203,7 @@ def test_a_just_made_account_is_waited_for_not_failed(gce, gcs, provider, monkey
     gcs.account_lag = 3
     launch(provider, RUN_URL, spot=True)
     (email,) = gcs.accounts
-    assert len(gce.instances) == 1 and any(f"serviceAccount:{email}" in b["members"] for b in gcs.policies[BUCKET]["bindings"])
+    assert len(gce.instances) == 1
+    assert any(f"serviceAccount:{email}" in b["members"] for b in gcs.policies[BUCKET]["bindings"])
     assert len([p for m, p, *_ in gcs.requests if m == "GET" and p.endswith(email)]) == 4
     assert len(calls(gcs, "PUT", "/iam")) == 4

@@ -194,7 +194,8 @@ class GcpProvider(VmProvider):
         what = f"{request.offer.instance_type}{' (spot)' if request.spot else ''}"
         if names[0] not in have:
             script = startup_script(cfg, is_head=True, cluster_id=request.cluster_id, login_user=net.SSH_USER)
-            self._wait(self._insert(request, zone, names[0], True, script, public_key, created, account), zone, what=what)
+            op = self._insert(request, zone, names[0], True, script, public_key, created, account)
+            self._wait(op, zone, what=what)
         head_ip = addresses_of(self._get_instance(zone, names[0]))[0]
         script = startup_script(cfg, is_head=False, head_ip=head_ip, cluster_id=request.cluster_id,
                                 login_user=net.SSH_USER)

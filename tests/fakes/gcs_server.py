@@ -154,22 +154,22 @@ class FakeGcs:
             raise ApiError(400, f"Invalid bucket name: {name!r}")
         if name in self.buckets or name in self.foreign_buckets:
             raise ApiError(409, "The requested bucket name is not available.")
-        self.buckets[name] = {"kind": "storage#bucket", "id": name, "name": name, "metageneration": "1",
-                              "location": (body.get("location") or "US").upper(), **body}
+        self.buckets[name] = {**body, "kind": "storage#bucket", "id": name, "name": name, "metageneration": "1",
+                              "location": (body.get("location") or "US").upper()}
         self.policies[name] = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{name}", "version": 1,
                                "etag": "CAE=", "bindings": [
-                                   {"role": "roles/storage.legacyBucketOwner", "members": [f"projectOwner:{self.project}"]}]}
+                                   {"role": "roles/storage.legacyBucketOwner",
+                                    "members": [f"projectOwner:{self.project}"]}]}
         return self.buckets[name]
 
     def _bucket(self, name, caller=None):
-        if name in self.foreign_buckets or (caller and name in self.buckets and not self._may_see_bucket(name, caller)):
-            raise ApiError(403, f"caller does not have storage.buckets.get access to the Google Cloud Storage bucket {name}.")
+        # a node account holds object roles only: no storage.buckets.get
+        if name in self.foreign_buckets or (caller and name in self.buckets):
+            raise ApiError(403, f"caller does not have storage.buckets.get access to the Google Cloud Storage "
+                                f"bucket {name}.")
         if name not in self.buckets:
             raise ApiError(404, "The specified bucket does not exist.")
         return self.buckets[name]
-
-    def _may_see_bucket(self, name, caller) -> bool:
-        return False  # a node account holds object roles only, no storage.buckets.get
 
     def _iam_policy(self, name, method, query, body, caller):
         self._bucket(name, caller)
@@ -184,7 +184,8 @@ class FakeGcs:
         for binding in body.get("bindings", []):
             for member in binding.get("members", []):
                 email = member.split(":", 1)[1]
-                if member.startswith("serviceAccount:") and (email not in self.accounts or self._not_seen_yet(email, 1)):
+                unknown = email not in self.accounts or self._not_seen_yet(email, 1)
+                if member.startswith("serviceAccount:") and unknown:
                     raise ApiError(400, f"Service account {member} does not exist.")
         self.policies[name] = {**body, "kind": "storage#policy", "resourceId": f"projects/_/buckets/{name}",
                                "etag": base64.b64encode(hashlib.md5(json.dumps(body).encode()).digest()).decode()}
