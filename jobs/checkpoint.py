@@ -14,7 +14,8 @@ Files are named epoch-000007.pt (7 epochs done), or epoch-000007-step-000012.pt 
 steps of the 8th: written when a preemption notice stops the job mid-epoch); the newest two are
 kept. Every write is atomic: a local file is written to a temporary name and renamed with
 os.replace; an S3/GCS object appears whole or not at all (one PUT). The newest checkpoint that
-reads back whole is what resumes. S3 honours AWS_ENDPOINT_URL (and AWS_ENDPOINT_URL_S3), so it also works against moto or MinIO.
+reads back whole is what resumes. S3 honours AWS_ENDPOINT_URL (and AWS_ENDPOINT_URL_S3), so it also works against moto or MinIO;
+GCS honours STORAGE_EMULATOR_HOST (and API_ENDPOINT_OVERRIDE, which keeps the node's credentials).
 """
 from __future__ import annotations
 
@@ -191,6 +192,8 @@ class S3Checkpoints(Checkpoints):
 
 
 class GcsCheckpoints(Checkpoints):
+    """On a GCP node the client's credentials are the attached service account's (metadata server)."""
+
     def __init__(self, url: str):
         try:
             from google.cloud import storage
@@ -198,20 +201,40 @@ class GcsCheckpoints(Checkpoints):
             raise CheckpointError("gs:// checkpoints need the google-cloud-storage package: "
                                   "pip install google-cloud-storage") from None
         self.location = url
-        bucket, self.prefix = _split_bucket_url(url)
-        self.bucket = storage.Client().bucket(bucket)
+        self.bucket_name, self.prefix = _split_bucket_url(url)
+        try:
+            self.bucket = storage.Client().bucket(self.bucket_name)
+        except Exception as e:  # no application default credentials or project
+            raise CheckpointError(f"cannot open {url}: {e}") from None
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        from google.api_core.exceptions import GoogleAPICallError, NotFound
+        from google.auth.exceptions import GoogleAuthError
+
+        try:
+            return fn(*args, **kwargs)
+        except NotFound as e:
+            if what != "read" and "bucket" in str(e).lower():
+                raise CheckpointError(f"GCS bucket {self.bucket_name!r} does not exist: create it or "
+                                      f"fix the checkpoint location {self.location}") from None
+            raise
+        except GoogleAPICallError as e:
+            raise CheckpointError(f"GCS {what} at {self.location} failed ({e.code}): {e.message}") from None
+        except GoogleAuthError as e:
+            raise CheckpointError(f"GCS {what} at {self.location} failed: {e}") from None
 
     def _put(self, name: str, data: bytes) -> None:
-        self.bucket.blob(self.prefix + name).upload_from_string(data)
+        self._call("write", self.bucket.blob(self.prefix + name).upload_from_string, data)
 
     def _get(self, name: str) -> bytes:
-        return self.bucket.blob(self.prefix + name).download_as_bytes()
+        return self._call("read", self.bucket.blob(self.prefix + name).download_as_bytes)
 
     def _names(self) -> list[str]:
-        return [b.name[len(self.prefix):] for b in self.bucket.list_blobs(prefix=self.prefix)]
+        return self._call("list", lambda: [b.name[len(self.prefix):]
+                                           for b in self.bucket.list_blobs(prefix=self.prefix)])
 
     def _delete(self, name: str) -> None:
-        self.bucket.blob(self.prefix + name).delete()
+        self._call("delete", self.bucket.blob(self.prefix + name).delete)
 
 
 def open_checkpoints(location: str | None = None) -> Checkpoints | None:

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from infra.aws.storage import run_bucket_url
+from infra.gcp.storage import run_bucket_url as gcp_bucket_url
 from infra.identity import owner_identity
 from orchestrator.cli import plan as cli_plan
 from orchestrator.errors import EXIT_BAD_INPUT, SpecError
@@ -43,20 +44,25 @@ def test_aws_candidates_keep_checkpoints_in_dlruns_bucket_of_their_region(monkey
     assert plan.to_json()["chosen"]["checkpoint"] == plan.chosen.checkpoint
 
 
-def test_spot_on_gcp_is_refused_with_the_reason_and_on_demand_keeps_the_node_disk():
-    s = spec(resources={"clouds": ["gcp"]})
+def test_gcp_candidates_keep_checkpoints_in_dlruns_gs_bucket_of_their_region(monkeypatch):
+    monkeypatch.setenv("DLRUN_OWNER", "alice")
+    s = spec(resources={"clouds": ["gcp"], "spot": "always"})
     plan = planner.plan(s, CATALOG, profile=PROFILE)
-    spot, on_demand = cands(plan, "gcp", True), cands(plan, "gcp", False)
-    assert spot and all(not c.eligible for c in spot)
-    fits = [c for c in spot if runnable(s, c)]  # the others say first why they cannot run it at all
-    assert fits and all("spot needs checkpoints in a bucket" in c.reason for c in fits)
-    assert all(c.checkpoint == NODE_DISK for c in on_demand)
-    assert plan.chosen is not None and not plan.chosen.spot
-    # restarts on error relaunch the cluster: they need a bucket too
-    s = spec(resources={"clouds": ["gcp"]}, max_restarts_on_errors=1)
-    plan = planner.plan(s, CATALOG, profile=PROFILE)
-    on_demand = [c for c in cands(plan, "gcp", False) if runnable(s, c)]
-    assert plan.chosen is None and on_demand and all("max_restarts_on_errors" in c.reason for c in on_demand)
+    spot = cands(plan, "gcp", True)
+    assert spot and all(c.checkpoint == gcp_bucket_url("alice", c.offer.region) for c in spot)
+    assert [c for c in spot if runnable(s, c) and c.eligible]  # spot on GCP is allowed again
+    assert plan.chosen.spot and plan.chosen.checkpoint.startswith("gs://dlrun-")
+    (note,) = [n for n in plan.notes if "checkpoints in" in n]
+    assert plan.chosen.checkpoint in note and "30 days" in note
+    # restarts on error relaunch the cluster: on-demand GCP candidates get the bucket too
+    plan = planner.plan(spec(resources={"clouds": ["gcp"], "spot": "never"}, max_restarts_on_errors=1),
+                        CATALOG, profile=PROFILE)
+    assert plan.chosen is not None and plan.chosen.checkpoint == gcp_bucket_url("alice", plan.chosen.offer.region)
+    assert all(c.checkpoint != NODE_DISK for c in cands(plan, "gcp", False))
+    # a single on-demand attempt keeps the node's disk there: no bucket, no service account per run
+    plan = planner.plan(spec(resources={"clouds": ["gcp"], "spot": "never"}), CATALOG, profile=PROFILE)
+    assert plan.chosen is not None and {c.checkpoint for c in cands(plan, "gcp", False)} == {NODE_DISK}
+    assert any("own disk" in n for n in plan.notes)
 
 
 def test_the_jobs_bucket_is_used_where_its_cloud_can_reach_it():
@@ -65,8 +71,19 @@ def test_the_jobs_bucket_is_used_where_its_cloud_can_reach_it():
     assert {c.checkpoint for c in plan.candidates if c.offer.cloud == "aws"} == {"s3://team/exp"}
     gcp = [c for c in plan.candidates if c.offer.cloud == "gcp"]
     assert gcp and all(not c.eligible for c in gcp)
-    assert all("out of reach of gcp nodes" in c.reason for c in gcp if runnable(s, c))
+    assert all("out of reach of gcp nodes (they get gs:// credentials only)" in c.reason
+               for c in gcp if runnable(s, c))
     assert plan.chosen.offer.cloud == "aws"
+    # a gs:// checkpoint: GCP nodes reach it, AWS nodes do not
+    s = spec(checkpoint="gs://team/exp/", resources={"clouds": ["aws", "gcp"]})
+    plan = planner.plan(s, CATALOG, profile=PROFILE)
+    assert {c.checkpoint for c in plan.candidates if c.offer.cloud == "gcp"} == {"gs://team/exp"}
+    aws = [c for c in plan.candidates if c.offer.cloud == "aws"]
+    assert aws and all(not c.eligible for c in aws)
+    assert all("out of reach of aws nodes (they get s3:// credentials only)" in c.reason
+               for c in aws if runnable(s, c))
+    assert plan.chosen.offer.cloud == "gcp"
+    assert plan.chosen.checkpoint in [n for n in plan.notes if "checkpoints in" in n][0]
 
 
 def test_a_local_checkpoint_dir_with_a_cloud_is_refused_at_plan_time(tmp_path):
@@ -84,3 +101,4 @@ def test_owner_identity_names_the_bucket(monkeypatch):
     monkeypatch.setenv("DLRUN_OWNER", "bob")
     assert run_bucket_url(owner_identity(), "us-east-1") != run_bucket_url("alice", "us-east-1")
     assert run_bucket_url("bob", "eu-west-1").startswith("s3://dlrun-") and "eu-west-1" in run_bucket_url("bob", "eu-west-1")
+    assert gcp_bucket_url("bob", "us-central1") == f"gs://{run_bucket_url('bob', 'us-central1')[5:]}"  # one name per owner+region

@@ -16,6 +16,7 @@ import re
 from google.cloud import compute_v1
 
 from infra.gcp.images import image_for
+from infra.gcp.storage import NODE_SCOPES
 from infra.base import TAG_CLUSTER, TAG_JOB, TAG_OWNER, ClusterRequest, ProvisionError
 from infra.identity import owner_identity
 from infra.gcp.network import SSH_USER, cluster_tag, network_link, slug, subnetwork_link
@@ -82,7 +83,9 @@ def scheduling_for(spot: bool, max_run_s: int = 0) -> compute_v1.Scheduling:
 
 
 def instance_body(request: ClusterRequest, *, name: str, zone: str, project: str,
-                  is_head: bool, script: str, ssh_public_key: str) -> compute_v1.Instance:
+                  is_head: bool, script: str, ssh_public_key: str,
+                  service_account: str = "") -> compute_v1.Instance:
+    """`service_account`: the email of the node account (infra/gcp/storage.py) the VM runs as; none when empty."""
     offer = request.offer
     metadata = {"startup-script": script, "ssh-keys": f"{SSH_USER}:{ssh_public_key}",
                 META_CLUSTER_ID: request.cluster_id, META_JOB_ID: request.job_id,
@@ -103,6 +106,8 @@ def instance_body(request: ClusterRequest, *, name: str, zone: str, project: str
         labels=labels_for(request, is_head=is_head),
         tags=compute_v1.Tags(items=[cluster_tag(request.cluster_id)]),
         metadata=compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v) for k, v in metadata.items()]),
+        service_accounts=[compute_v1.ServiceAccount(email=service_account, scopes=list(NODE_SCOPES))]
+        if service_account else [],
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 import google.auth
 from google.api_core import exceptions as gexc
@@ -23,7 +24,9 @@ from google.cloud import compute_v1
 from infra.base import (TAG_CLUSTER, BootstrapConfig, Cluster, ClusterRequest, CredentialsError, NodeState,
                         ProviderError, ProvisionError)
 from infra.gcp import errors as gcp_errors, network as net
+from infra.gcp.launch_storage import NODE_PACKAGES, prepare_storage
 from infra.gcp.zones import zones_for
+from infra.identity import owner_identity
 from infra.gcp.compute import (DEFAULT_ZONES, META_CLUSTER_ID, META_JOB_ID, META_PRICE, addresses_of,
                                instance_body, instance_names, metadata_of)
 from infra.gcp.records import cluster_from_instances, node_state
@@ -41,10 +44,14 @@ class GcpProvider(VmProvider):
     operation_timeout_s = 600.0
 
     def __init__(self, project: str | None = None, credentials=None, api_endpoint: str | None = None,
-                 ssh_cidr: str | None = None, zones: dict[str, list[str]] | None = None):
+                 ssh_cidr: str | None = None, zones: dict[str, list[str]] | None = None,
+                 storage_endpoint: str | None = None, iam_endpoint: str | None = None):
         # DLRUN_GCP_API_ENDPOINT points the client at a Compute Engine emulator (the tests' fake server)
         api_endpoint = api_endpoint or os.environ.get("DLRUN_GCP_API_ENDPOINT") or None
         self._project, self._credentials, self.api_endpoint = project, credentials, api_endpoint
+        # ... and these the checkpoint bucket's Cloud Storage and IAM calls (infra/gcp/launch_storage.py)
+        self.storage_endpoint = storage_endpoint or os.environ.get("DLRUN_GCS_ENDPOINT") or None
+        self.iam_endpoint = iam_endpoint or os.environ.get("DLRUN_GCP_IAM_ENDPOINT") or None
         self.ssh_cidr = ssh_cidr
         self.zone_table = {**DEFAULT_ZONES, **(zones or {})}
         self._clients: dict[str, object] | None = None
@@ -78,6 +85,7 @@ class GcpProvider(VmProvider):
         if not self._project:
             raise CredentialsError("no GCP project configured: set GOOGLE_CLOUD_PROJECT or run "
                                    "`gcloud config set project PROJECT_ID`", cloud="gcp")
+        self._credentials = credentials
         kw = dict(credentials=credentials, client_options=options, transport="rest")
         self._clients = {"instances": compute_v1.InstancesClient(**kw),
                          "zone_ops": compute_v1.ZoneOperationsClient(**kw),
@@ -136,6 +144,12 @@ class GcpProvider(VmProvider):
 
     def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> dict:
         self._check_ssh_access()
+        cfg, account = request.bootstrap or BootstrapConfig(ray_version=local_ray_version("gcp")), ""
+        if request.storage:
+            account = prepare_storage(self._credentials, self.project, request.storage, region=request.offer.region,
+                                      owner=request.owner or owner_identity(), storage_endpoint=self.storage_endpoint,
+                                      iam_endpoint=self.iam_endpoint)
+            cfg = replace(cfg, python_packages=[*cfg.python_packages, *NODE_PACKAGES])
         self._ensure_network(request.offer.region)
         for rule in net.firewall_rules(request.cluster_id, ssh_cidr, net.network_link(self.project)):
             try:
@@ -147,8 +161,7 @@ class GcpProvider(VmProvider):
         if not key_path(request.cluster_id).exists():
             created.key = request.cluster_id
         _, public_key = ensure_cluster_key(request.cluster_id, comment=net.SSH_USER)
-        return dict(public_key=public_key,
-                    cfg=request.bootstrap or BootstrapConfig(ray_version=local_ray_version("gcp")))
+        return dict(public_key=public_key, cfg=cfg, service_account=account)
 
     def _ensure_network(self, region: str) -> None:
         """dlrun's network and this region's subnet: made once (by whichever launch comes first), then reused."""
@@ -175,17 +188,18 @@ class GcpProvider(VmProvider):
 
     def launch_in_zone(self, request: ClusterRequest, zone: str, prepared: dict, existing,
                        created: Created) -> Cluster:
-        cfg, public_key = prepared["cfg"], prepared["public_key"]
+        cfg, public_key, account = prepared["cfg"], prepared["public_key"], prepared.get("service_account", "")
         names = instance_names(request.cluster_id, request.num_nodes)
         have = {i.name for i in (existing.instances.get(zone, []) if existing else [])}
         what = f"{request.offer.instance_type}{' (spot)' if request.spot else ''}"
         if names[0] not in have:
             script = startup_script(cfg, is_head=True, cluster_id=request.cluster_id, login_user=net.SSH_USER)
-            self._wait(self._insert(request, zone, names[0], True, script, public_key, created), zone, what=what)
+            op = self._insert(request, zone, names[0], True, script, public_key, created, account)
+            self._wait(op, zone, what=what)
         head_ip = addresses_of(self._get_instance(zone, names[0]))[0]
         script = startup_script(cfg, is_head=False, head_ip=head_ip, cluster_id=request.cluster_id,
                                 login_user=net.SSH_USER)
-        ops = [self._insert(request, zone, name, False, script, public_key, created)
+        ops = [self._insert(request, zone, name, False, script, public_key, created, account)
                for name in names[1:] if name not in have]
         errors = []
         for op in ops:  # wait for all, so none is still being made when a failure is cleaned up
@@ -202,9 +216,10 @@ class GcpProvider(VmProvider):
                                       instance_type=request.offer.instance_type)
 
     def _insert(self, request: ClusterRequest, zone: str, name: str, is_head: bool, script: str,
-                public_key: str, created: Created) -> str:
+                public_key: str, created: Created, account: str = "") -> str:
         body = instance_body(request, name=name, zone=zone, project=self.project,
-                             is_head=is_head, script=script, ssh_public_key=public_key)
+                             is_head=is_head, script=script, ssh_public_key=public_key,
+                             service_account=account)
         op = self._c("instances").insert(project=self.project, zone=zone, instance_resource=body)
         created.instances.append((zone, name))
         return op.name

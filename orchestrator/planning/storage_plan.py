@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from infra import capabilities
 from infra.identity import owner_identity
-from infra.storage import node_scheme, run_bucket_url
+from infra.storage import bucket_for_every_run, node_scheme, run_bucket_url
 from orchestrator.errors import SpecError
 
 NODE_DISK = "~/.dlrun/checkpoints"  # on the node itself: a single on-demand attempt only
@@ -47,7 +47,7 @@ def candidate_checkpoint(spec, offer, spot: bool, owner: str) -> tuple[str | Non
         reach = f"they get {scheme}:// credentials only" if scheme else "they get no storage credentials yet"
         return None, f"checkpoint {spec.checkpoint} is out of reach of {offer.cloud} nodes ({reach})"
     bucket = run_bucket_url(offer.cloud, offer.region, owner) if scheme else None
-    if bucket:
+    if bucket and (needs_bucket or bucket_for_every_run(offer.cloud)):
         return bucket, None
     if needs_bucket:
         why = "spot" if spot else "max_restarts_on_errors"

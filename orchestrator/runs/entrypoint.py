@@ -67,7 +67,13 @@ def attempt_checkpoint(spec: JobSpec, key: str, cand, *, default: str) -> str:
 
 def node_storage_env(checkpoint: str, region: str) -> dict[str, str]:
     """What a cloud node's S3 client needs besides its role: the region, and the S3 endpoint dlrun itself
-    uses when that is not AWS's (an S3-compatible store: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL). Never keys."""
+    uses when that is not AWS's (an S3-compatible store: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL); for
+    gs://, only the GCS endpoint when dlrun's is not Google's (DLRUN_GCS_ENDPOINT). Never keys."""
+    if checkpoint.startswith("gs://"):
+        # credentials: the node's service account via its metadata server; API_ENDPOINT_OVERRIDE (unlike
+        # STORAGE_EMULATOR_HOST) keeps them when the endpoint is not Google's (google-cloud-storage Client)
+        endpoint = os.environ.get("DLRUN_GCS_ENDPOINT")
+        return {"API_ENDPOINT_OVERRIDE": endpoint} if endpoint else {}
     if not checkpoint.startswith("s3://"):
         return {}
     env = {"AWS_DEFAULT_REGION": region}

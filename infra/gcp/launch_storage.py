@@ -1,0 +1,40 @@
+"""What a GCP launch needs for checkpoints in Cloud Storage: the bucket (dlrun's own is created on first
+use), the node service account bound to the run's prefix, and google-cloud-storage on the node."""
+from __future__ import annotations
+
+from infra.base import ProvisionError
+from infra.gcp import storage
+
+NODE_PACKAGES = ("google-cloud-storage",)  # the node's GCS client (jobs/checkpoint.py); tokens from the metadata server
+
+
+def storage_client(credentials, project: str, endpoint: str | None):
+    from google.cloud import storage as gcs
+
+    options = {"api_endpoint": endpoint} if endpoint else None
+    return gcs.Client(project=project, credentials=credentials, client_options=options)
+
+
+def prepare_storage(credentials, project: str, url: str, *, region: str, owner: str,
+                    storage_endpoint: str | None = None, iam_endpoint: str | None = None) -> str:
+    """The service account email for a run stored at `url` (gs:// only); makes dlrun's run bucket if it is the one."""
+    from google.api_core.exceptions import Forbidden
+
+    from infra.gcp.iam import IamApi, IamError
+
+    if not url.startswith("gs://"):
+        raise ProvisionError(f"checkpoint {url} is not in Cloud Storage: GCP nodes get credentials for "
+                             "Cloud Storage only; use gs://BUCKET/PREFIX", cloud="gcp", region=region)
+    bucket, prefix = storage.split_url(url)
+    client = storage_client(credentials, project, storage_endpoint)
+    try:
+        if bucket == storage.run_bucket_name(owner, region):
+            storage.ensure_run_bucket(client, bucket, region, owner)
+        return storage.ensure_node_account(IamApi(credentials, project, iam_endpoint), client, bucket, prefix, owner)
+    except Forbidden:
+        raise ProvisionError(f"the Cloud Storage bucket {bucket} is not this project's or this login may not "
+                             "manage it: set checkpoint: gs://YOUR-BUCKET/PREFIX in the job file, or ask for "
+                             "roles/storage.admin on it", cloud="gcp", region=region) from None
+    except IamError as e:
+        raise ProvisionError(f"cannot make the node service account in project {project} ({e}): dlrun needs "
+                             "roles/iam.serviceAccountAdmin there", cloud="gcp", region=region) from None
