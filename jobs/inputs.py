@@ -100,7 +100,9 @@ def prepare(sources: list[dict], cache: Path) -> tuple[str, int]:
         if s["kind"] == "dir":
             places[s["name"]] = Path(s["url"])
             continue
-        dest = cache / s["name"] / hashlib.sha256(s["url"].encode()).hexdigest()[:12]
+        # one cache dir per source across its versions: a new manifest refetches only what changed
+        where = s["url"].rsplit("/manifests/", 1)[0] if s["kind"] == "manifest" else s["url"]
+        dest = cache / s["name"] / hashlib.sha256(where.encode()).hexdigest()[:12]
         fetched += (sync_manifest if s["kind"] == "manifest" else sync_prefix)(s3, s["url"], dest)
         places[s["name"]] = dest
     if len(places) == 1:
