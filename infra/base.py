@@ -118,6 +118,8 @@ class ClusterRequest:
     image: str | None = None
     owner: str = ""
     storage: str = ""  # bucket URL (s3://, gs://) the nodes may read/write: scoped node credentials
+    data_read: tuple = ()  # bucket URLs the nodes may also read (the job's data inputs)
+    data_uploads: tuple = ()  # (local dir, manifest URL, manifest) to upload before launch (once)
 
 
 @dataclass

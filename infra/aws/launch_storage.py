@@ -11,8 +11,10 @@ from infra.base import ProvisionError
 NODE_PACKAGES = ("boto3",)  # the node's S3 client (jobs/checkpoint.py); credentials come from the role
 
 
-def prepare_storage(session, url: str, *, region: str, owner: str, endpoint_url: str | None) -> str:
-    """The instance profile for a run stored at `url` (s3:// only); makes dlrun's run bucket if it is the one."""
+def prepare_storage(session, url: str, *, region: str, owner: str, endpoint_url: str | None,
+                    data_read: tuple = (), data_uploads: tuple = ()) -> str:
+    """The instance profile for a run stored at `url` (s3:// only); makes dlrun's run bucket if it is the
+    one, uploads the job's local data directories (once) and lets the role read its data inputs."""
     if not url.startswith("s3://"):
         raise ProvisionError(f"checkpoint {url} is not in S3: AWS nodes get credentials for S3 only; "
                              "use s3://BUCKET/PREFIX", cloud="aws", region=region)
@@ -21,8 +23,14 @@ def prepare_storage(session, url: str, *, region: str, owner: str, endpoint_url:
         if bucket == storage.run_bucket_name(owner, region):
             s3 = session.client("s3", region_name=region, endpoint_url=endpoint_url)
             storage.ensure_run_bucket(s3, bucket, region, owner)
+        if data_uploads:
+            from infra.aws.data_upload import upload_dir
+
+            s3 = session.client("s3", region_name=region, endpoint_url=endpoint_url)
+            for root, manifest_url, manifest in data_uploads:
+                upload_dir(s3, root, manifest, manifest_url)
         iam = session.client("iam", endpoint_url=endpoint_url)
-        return storage.ensure_node_profile(iam, bucket, prefix, owner)
+        return storage.ensure_node_profile(iam, bucket, prefix, owner, tuple(data_read))
     except ClientError as e:
         if error_code(e) == "BucketAlreadyExists":
             raise ProvisionError(f"the S3 bucket name {bucket} belongs to another account: set "

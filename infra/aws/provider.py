@@ -119,7 +119,8 @@ class AwsProvider(VmProvider):
         profile = ""
         if request.storage:
             profile = prepare_storage(self._session, request.storage, region=region,
-                                      owner=tags[TAG_OWNER], endpoint_url=self.endpoint_url)
+                                      owner=tags[TAG_OWNER], endpoint_url=self.endpoint_url,
+                                      data_read=request.data_read, data_uploads=request.data_uploads)
             cfg = replace(cfg, python_packages=[*cfg.python_packages, *NODE_PACKAGES])
         return dict(ami=ami, group_id=group_id, key_name=key_name, tags=instance_tags, login_user=ssh_user,
                     cfg=cfg, profile=profile)

@@ -38,9 +38,17 @@ def split_url(url: str) -> tuple[str, str]:
     return bucket, f"{prefix}/" if prefix else ""
 
 
-def node_policy(bucket: str, prefix: str) -> dict:
-    """Objects under bucket/prefix, and listing that prefix: nothing else in S3 or anywhere."""
-    return {"Version": "2012-10-17", "Statement": [
+def node_policy(bucket: str, prefix: str, read: tuple[str, ...] = ()) -> dict:
+    """Objects under bucket/prefix, and listing that prefix; reading (and listing) the `read` URLs (the
+    job's data inputs): nothing else in S3 or anywhere."""
+    reads = []
+    for i, url in enumerate(read):
+        b, p = split_url(url)
+        reads += [{"Sid": f"ReadData{i}", "Effect": "Allow", "Action": "s3:GetObject",
+                   "Resource": f"arn:aws:s3:::{b}/{p}*"},
+                  {"Sid": f"ListData{i}", "Effect": "Allow", "Action": "s3:ListBucket",
+                   "Resource": f"arn:aws:s3:::{b}", "Condition": {"StringLike": {"s3:prefix": [f"{p}*"]}}}]
+    return {"Version": "2012-10-17", "Statement": [*reads,
         {"Sid": "RunObjects", "Effect": "Allow",
          "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
          "Resource": f"arn:aws:s3:::{bucket}/{prefix}*"},
@@ -87,7 +95,7 @@ def ensure_run_bucket(s3, bucket: str, region: str, owner: str) -> bool:
     return True
 
 
-def ensure_node_profile(iam, bucket: str, prefix: str, owner: str) -> str:
+def ensure_node_profile(iam, bucket: str, prefix: str, owner: str, read: tuple[str, ...] = ()) -> str:
     """The instance profile (same name as its role) whose role may touch bucket/prefix only."""
     from botocore.exceptions import ClientError
 
@@ -100,7 +108,7 @@ def ensure_node_profile(iam, bucket: str, prefix: str, owner: str) -> str:
         if e.response.get("Error", {}).get("Code") != "EntityAlreadyExists":
             raise
     # put (not only on creation): a role left half-made by an interrupted launch gets its policy
-    iam.put_role_policy(RoleName=name, PolicyName="dlrun-run-storage", PolicyDocument=json.dumps(node_policy(bucket, prefix)))
+    iam.put_role_policy(RoleName=name, PolicyName="dlrun-run-storage", PolicyDocument=json.dumps(node_policy(bucket, prefix, read)))
     try:
         iam.create_instance_profile(InstanceProfileName=name, Path=ROLE_PATH, Tags=tags)
     except ClientError as e:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from infra import runs_here
 from infra.catalog import GpuSpec, Offer, gpu_spec
+from orchestrator.planning.data_inputs import transfer_seconds
 
 # Calibrated priors (the few constants of the model). GPU figures: eager PyTorch on cloud GPUs.
 COMPUTE_EFFICIENCY = {"fp32": 0.60, "tensor": 0.45}  # of datasheet peak, for matmul/conv
@@ -61,6 +62,7 @@ class Estimate:
     model_family: str = "unknown"
     basis: str = "roofline"  # roofline | measured
     start_seconds: float = 0.0  # the job process's fixed start inside run_seconds (corrected)
+    data_seconds: float = 0.0  # moving the job's data: inputs to the nodes (inside startup_seconds)
 
     @property
     def total_seconds(self) -> float:
@@ -183,7 +185,8 @@ def correction_for(history, accelerator: str, family: str) -> float:
     return history.get((accelerator, family), 1.0)
 
 
-def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=None) -> Estimate:
+def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=None,
+             data_bytes: int = 0) -> Estimate:
     step, basis = _offer_step(profile, offer, num_nodes)
     accelerator = offer.accelerator or "cpu"
     correction = correction_for(history, accelerator, profile.model_family)
@@ -194,6 +197,8 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
     raw_run = train + start
     run = train * correction + start * start_correction
     startup = STARTUP_SECONDS.get(offer.cloud, STARTUP_SECONDS["aws"]) + STARTUP_PER_EXTRA_NODE * (num_nodes - 1)
+    data = transfer_seconds(offer.cloud, data_bytes)  # every node syncs at once: one node's time
+    startup += data
 
     preempt = 0.0
     if spot:
@@ -218,7 +223,7 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
                     run_seconds=run, startup_seconds=startup, needed_gb=need, price_per_hour=hourly, spot=spot,
                     preemption_seconds=preempt, raw_run_seconds=raw_run, correction=correction,
                     accelerator=accelerator, model_family=profile.model_family, basis=basis,
-                    start_seconds=start * start_correction)
+                    start_seconds=start * start_correction, data_seconds=data)
 
 
 # --- learning from finished runs ----------------------------------------------------------------

@@ -232,6 +232,9 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     optimize = spec.budget.optimize or settings.optimize
     nodes = spec.resources.num_nodes
     owner = owner_identity()
+    from orchestrator.planning.data_inputs import data_exclusion, local_bytes
+
+    data_bytes = local_bytes(spec.data)
     candidates: list[Candidate] = []
     for offer in offers:
         reason = exclusion_reason(spec, offer, blocked)
@@ -239,8 +242,9 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
         if not allowed:
             reason = reason or "no spot price (spot: always)"
         for spot in allowed or [False]:
-            est = estimate(profile, offer, spot=spot, num_nodes=nodes, history=history)
+            est = estimate(profile, offer, spot=spot, num_nodes=nodes, history=history, data_bytes=data_bytes)
             base, no_bucket = candidate_checkpoint(spec, offer, spot, owner)
+            no_bucket = no_bucket or data_exclusion(spec, offer, base)
             market_reason = reason or (SPOT_POOL_BLOCKED if spot and spot_block_key(offer) in blocked else None)
             why = market_reason or (est.why_not if not est.fits else None) or no_bucket
             market_reason = market_reason or no_bucket

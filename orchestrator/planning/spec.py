@@ -187,6 +187,8 @@ class JobSpec(_Strict):
     reference: Reference | None = None
     checkpoint: str | None = Field(None, description="a directory, s3://bucket/prefix or gs://bucket/prefix")
     env: dict[str, str] = Field(default_factory=dict)
+    data: list[str] = Field(default_factory=list, description="inputs on every node as DLRUN_DATA_DIR: "
+                            "s3://bucket/prefix, gs://bucket/prefix or a local directory")
     max_restarts_on_errors: int = Field(0, ge=0)
     max_preemptions: int = Field(3, ge=0)
 
@@ -373,6 +375,10 @@ def apply_overrides(spec: JobSpec, where: str, *, max_cost=None, deadline=None) 
         from orchestrator.planning.workdir import check_workdir
 
         check_workdir(spec.workdir, where)
+    if spec.data:
+        from orchestrator.planning.data_inputs import check_data
+
+        spec = spec.model_copy(update={"data": check_data(spec.data, where)})
     return spec
 
 

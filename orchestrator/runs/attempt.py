@@ -81,13 +81,18 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
         offer.cloud, attempt_checkpoint(spec, ctx.run_key, cand, default=ctx.checkpoint))
     if "://" in checkpoint:
         store.add_event(ctx.job_id, "checkpoint", {"location": checkpoint, "attempt": attempt})
+    local = runs_here(offer.cloud)
+    from orchestrator.runs.entrypoint import data_env
+
+    data_vars, uploads, data_read = data_env(spec, local=local, checkpoint=checkpoint)
     request = ClusterRequest(cluster_id=cluster_id, job_id=ctx.job_id, offer=offer, spot=cand.spot, num_nodes=nodes,
                              bootstrap=BootstrapConfig(ray_version=ray_version(),
                                                        python_packages=[*spec.requirements,
                                                                         *checkpoint_packages(checkpoint)],
                                                        **watchdog_limits(spec), **boot_settings(spec, offer)),
                              image=spec.resources.image, owner=owner_identity(),
-                             storage=checkpoint if "://" in checkpoint else "")
+                             storage=checkpoint if "://" in checkpoint else "",
+                             data_read=data_read, data_uploads=uploads)
     cluster = None
     try:
         cluster = provider.launch(request)
@@ -104,13 +109,12 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
                          launched_at=started, cluster_json=json.dumps(cluster.to_dict()))
     est = cand.estimate
     workers = num_workers(spec, offer.accelerator_count)
-    local = runs_here(offer.cloud)
     submission = dict(
         entrypoint=entrypoint(spec, local=local, workers=workers,
                               notice_cloud=offer.cloud if cand.spot and not local else None),
         submission_id=f"dlrun-{ctx.job_id}-{attempt}",
         runtime_env=runtime_env(spec, job_id=ctx.job_id, checkpoint=checkpoint, price_per_hour=price_all, local=local,
-                                extra_env={**job_env(offer),
+                                extra_env={**job_env(offer), **data_vars,
                                            **({} if local else node_storage_env(checkpoint, offer.region))}),
         metadata={"dlrun_job_id": ctx.job_id, "dlrun_name": spec.name, "job_name": spec.name, "backend": offer.cloud,
                   "instance": offer.instance_type, "gpu": f"{offer.accelerator}:{offer.accelerator_count}"

@@ -83,6 +83,21 @@ def node_storage_env(checkpoint: str, region: str) -> dict[str, str]:
     return env
 
 
+def data_env(spec: JobSpec, *, local: bool, checkpoint: str) -> tuple[dict[str, str], tuple, tuple]:
+    """(the env jobs/inputs.py reads, the local directories a cloud launch uploads first, the bucket URLs
+    a cloud node must be allowed to read)."""
+    if not spec.data:
+        return {}, (), ()
+    from orchestrator.planning.data_inputs import node_sources, read_urls
+
+    sources, uploads = node_sources(spec.data, local=local, checkpoint=checkpoint)
+    env = {"DLRUN_DATA_SOURCES": json.dumps(sources)}
+    if local:
+        env["DLRUN_DATA_CACHE"] = str(dlrun_home() / "data")
+        return env, (), ()
+    return env, tuple(uploads), read_urls(sources, checkpoint)
+
+
 def num_workers(spec: JobSpec, accelerator_count: int) -> int:
     return spec.resources.num_nodes * max(accelerator_count, 1) if spec.resources.num_nodes > 1 \
         else max(accelerator_count, 1)
@@ -93,10 +108,13 @@ def entrypoint(spec: JobSpec, *, local: bool, workers: int, notice_cloud: str | 
     command = _command(spec, local=local, workers=workers)
     from jobs.notice import CHECKS
 
+    if spec.run and (spec.data or notice_cloud in CHECKS):
+        command = f"sh -c {shlex.quote(command)}"
+    python = shlex.quote(sys.executable) if local else "python3"
+    if spec.data:  # jobs/inputs.py syncs the data, sets DLRUN_DATA_DIR and becomes the job
+        command = f"{python} -m jobs.inputs -- {command}"
     if notice_cloud not in CHECKS:
         return command
-    if spec.run:
-        command = f"sh -c {shlex.quote(command)}"
     return f"python3 -m jobs.notice --cloud {notice_cloud} -- {command}"
 
 

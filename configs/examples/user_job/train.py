@@ -4,9 +4,14 @@ It follows dlrun's two contracts, and runs the same without dlrun (no checkpoint
 - checkpoints: save to $DLRUN_CHECKPOINT_DIR every epoch, resume from the latest one (jobs.checkpoint);
 - progress: one jobs.metrics.report() per epoch (epoch, epochs, loss, accuracy, samples_per_s), the
   final metrics with report_result(). dlrun shows them live and uses them to time a probe run.
+With `data:` in the job file, the images come from $DLRUN_DATA_DIR/digits.npz (arrays `images`, `labels`)
+instead of scikit-learn's copy.
 """
 import argparse
+import os
 import time
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
@@ -27,9 +32,9 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
 
-    digits = load_digits()  # ships with scikit-learn: no download
-    x = torch.tensor(digits.images / 16.0, dtype=torch.float32)
-    y = torch.tensor(digits.target)
+    images, labels = load_data()
+    x = torch.tensor(images / 16.0, dtype=torch.float32)
+    y = torch.tensor(labels)
     tx, vx, ty, vy = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
 
     model = TinyMLP()
@@ -60,6 +65,18 @@ def main():
                accuracy=round(accuracy, 4), samples_per_s=round(len(tx) / (time.perf_counter() - t0), 1))
     val_loss, accuracy = evaluate(model, vx, vy)  # also when resumed from the last epoch's checkpoint
     report_result(accuracy=round(accuracy, 4), val_loss=round(val_loss, 5), epochs=args.epochs)
+
+
+def load_data():
+    """(images, labels): from the job's data inputs when it has some, else scikit-learn's digits."""
+    data_dir = os.environ.get("DLRUN_DATA_DIR")
+    if not data_dir:
+        digits = load_digits()  # ships with scikit-learn: no download
+        return digits.images, digits.target
+    with np.load(os.path.join(data_dir, "digits.npz")) as f:
+        images, labels = f["images"], f["labels"]
+    print(f"data: {len(images)} images from {data_dir}", flush=True)
+    return images, labels
 
 
 def evaluate(model, x, y):
