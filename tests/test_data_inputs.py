@@ -245,7 +245,7 @@ def test_gs_data_and_local_data_without_a_bucket_exclude_the_candidate_with_the_
     for i in were_eligible:
         c = local_dir.candidates[i]
         if c.offer.cloud == "gcp":
-            assert not c.eligible and "is a local directory and dlrun has no bucket on gcp" in c.reason
+            assert not c.eligible and "is a local directory and dlrun uploads data only to s3:// buckets" in c.reason
         else:
             assert c.eligible and c.checkpoint.startswith("s3://")
         assert not gs.candidates[i].eligible and "gs:// inputs are not synced onto nodes yet" in gs.candidates[i].reason

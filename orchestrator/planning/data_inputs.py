@@ -22,6 +22,7 @@ SCHEMES = ("s3", "gs")
 # scaling of storage connections", https://docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance-guidelines.html);
 # jobs/inputs.py fetches one file at a time. GCS to GCE: the same figure assumed (no GCS node sync yet).
 # Local: a directory is used in place and moves nothing.
+UPLOADS_TO = ("s3",)  # where a local data directory can be uploaded (infra/aws/data_upload.py)
 TRANSFER_BYTES_PER_S = {"local": 0.0, "aws": 90e6, "gcp": 90e6}
 _CHUNK = 1 << 20
 
@@ -152,6 +153,7 @@ def data_exclusion(spec, offer, checkpoint_base: str | None) -> str | None:
             continue
         if s and s != node_scheme(offer.cloud):
             return f"data {src} is out of reach of {offer.cloud} nodes (no {s}:// credentials there)"
-        if not s and scheme(checkpoint_base) != node_scheme(offer.cloud):
-            return f"data {src} is a local directory and dlrun has no bucket on {offer.cloud} to upload it to"
+        if not s and scheme(checkpoint_base) not in UPLOADS_TO:
+            return (f"data {src} is a local directory and dlrun uploads data only to "
+                    f"{', '.join(f'{u}://' for u in UPLOADS_TO)} buckets, not to {offer.cloud}'s yet")
     return None
