@@ -81,8 +81,10 @@ def main() -> None:
               "actual = Ray run - the job's own elapsed_s (which includes its data load)")
         for i, f in enumerate(files):
             name = str(f.relative_to(args.examples))
-            own_home = home / f"example-{i}"  # its own history; the machine's measured start copied in
+            own_home = home / f"example-{i}"  # its own history; the machine's measured start and the head copied in
             shutil.copytree(home / "profiles", own_home / "profiles")
+            shutil.copytree(home / "tokens", own_home / "tokens")
+            shutil.copy(home / "local_head.json", own_home / "local_head.json")
             os.environ["DLRUN_HOME"] = str(own_home)
             for run in range(1, args.runs + 1):
                 try:
