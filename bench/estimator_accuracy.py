@@ -77,7 +77,7 @@ def main() -> None:
         print(f"job start on this machine: {machine['seconds']:.1f} s ({machine['basis']}; the job process's "
               f"imports alone {machine['process_seconds']:.1f} s)", flush=True)
         print(f"{'example':<26} {'run':>3} {'predicted s':>11} {'(start)':>7} {'actual s':>8} {'(start)':>7} "
-              f"{'pred/actual':>11}   start: predicted = measured process starts + data-load prior; "
+              f"{'pred/actual':>11}   start: predicted = measured Ray job start + data-load prior; "
               "actual = Ray run - the job's own elapsed_s (which includes its data load)")
         for i, f in enumerate(files):
             name = str(f.relative_to(args.examples))

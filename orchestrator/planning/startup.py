@@ -7,7 +7,7 @@ job_supervisor.py ("Ray actor created by JobManager for each submitted job ... e
 command in subprocess"), ray 2.60.
 
 Measured for real when dlrun's own local head is up: a no-op job (the entrypoint imports what every
-job imports, with the runtime env a local job gets) is submitted through the Jobs API and timed as dlrun
+job imports and reports once, which connects it to Ray, with the runtime env a local job gets) is submitted through the Jobs API and timed as dlrun
 times a run (Ray's start_time to end_time). With no head up nothing is started for it (`dlrun plan`
 stays fast): the job process's start is timed by importing in a fresh process, and the supervisor's
 share is the prior RAY_JOB_PRIOR_SECONDS until a later plan finds the head up. The job's own data load
@@ -29,6 +29,9 @@ from orchestrator.paths import profiles_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_IMPORTS = "import torch, jobs.metrics"  # what the job's process imports before its first line of work
+# inside a Ray job the first jobs.metrics report also connects the process to Ray (ray.init, for its
+# gauges): part of every job's start that no step measurement sees
+RAY_JOB_ENTRYPOINT = 'python -c "import torch; from jobs.metrics import report; report()"'
 # Ray's own share of a job's start (supervisor actor, runtime env, the driver's spawn), beyond the job
 # process's imports: 1.0, 1.8 and 1.5 s in three no-op jobs on one head (6.2/5.1/4.8 s Ray run time vs
 # 5.2/3.3/3.3 s for the same imports in a fresh process), on the project's 2-core build machine
@@ -69,6 +72,7 @@ def _save(data: dict) -> dict:
 def process_start_seconds() -> float | None:
     """Seconds for a fresh Python process to import what a job imports; None where it cannot."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    env.pop("RAY_ADDRESS", None)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", JOB_IMPORTS], cwd=ROOT, env=env, capture_output=True, text=True)
     return time.perf_counter() - t0 if proc.returncode == 0 else None
@@ -76,16 +80,16 @@ def process_start_seconds() -> float | None:
 
 def ray_job_seconds(address: str, timeout: float = PROBE_TIMEOUT_S) -> float | None:
     """Ray's run time (start_time to end_time, as dlrun records a run) of a job that only imports what a
-    job imports, on the head at `address`; None if it did not succeed in time."""
+    job imports and reports once, on the head at `address`; None if it did not succeed in time."""
     from orchestrator.runs.entrypoint import JOBS_DIR
     from orchestrator.runs.ray_jobs import TERMINAL_RAY_STATUSES, JobsApiError, RayJobs
 
     jobs = RayJobs(address)
     sid = f"dlrun-start-probe-{uuid.uuid4().hex[:8]}"
     env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+           "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0", "DLRUN_JOB_ID": sid}
     try:
-        jobs.submit(entrypoint=f'python -c "{JOB_IMPORTS}"', submission_id=sid, log=lambda line: None,
+        jobs.submit(entrypoint=RAY_JOB_ENTRYPOINT, submission_id=sid, log=lambda line: None,
                     runtime_env={"env_vars": env, "py_modules": [str(JOBS_DIR)]},
                     metadata={"dlrun_probe": "local job start"})
         deadline = time.monotonic() + timeout
@@ -129,7 +133,7 @@ def measure(*, refresh: bool = False) -> dict:
     ray = ray_job_seconds(address) if address else None
     if ray is not None:
         data = {"key": key, "seconds": round(max(ray, process), 3), "process_seconds": round(process, 3),
-                "basis": "ray job", "probe": f"a Ray job running: {JOB_IMPORTS}"}
+                "basis": "ray job", "probe": f"a Ray job running: {RAY_JOB_ENTRYPOINT}"}
     else:
         data = {"key": key, "seconds": round(process + RAY_JOB_PRIOR_SECONDS, 3),
                 "process_seconds": round(process, 3), "basis": "imports + prior",
