@@ -105,12 +105,11 @@ def ray_job_seconds(address: str, timeout: float = PROBE_TIMEOUT_S) -> float | N
     return None
 
 
-def _own_head_address() -> str | None:
-    """The dashboard of the local head dlrun started, if it is up (a file read; never starts one)."""
+def _own_head():
+    """The local head dlrun started, if it is up (a file read and a ping; never starts one)."""
     from infra.local.head import recorded_head
 
-    head = recorded_head()
-    return head.dashboard_url if head else None
+    return recorded_head()
 
 
 def measure(*, refresh: bool = False) -> dict:
@@ -123,20 +122,21 @@ def measure(*, refresh: bool = False) -> dict:
     if cached and cached.get("basis") == "ray job":
         _memo[key] = cached
         return cached
-    address = _own_head_address()
-    if cached and address is None:
+    head = _own_head()
+    tried = f"{head.dashboard_url} started {head.started_at}" if head else None
+    if cached and (head is None or cached.get("tried_head") == tried):  # a failed try is not repeated per plan
         _memo[key] = cached
         return cached
     process = cached.get("process_seconds", cached["seconds"]) if cached else process_start_seconds()
     if process is None:  # no torch here: nothing measured, nothing cached
         return {"seconds": 0.0, "process_seconds": 0.0, "basis": "none"}
-    ray = ray_job_seconds(address) if address else None
+    ray = ray_job_seconds(head.dashboard_url) if head else None
     if ray is not None:
         data = {"key": key, "seconds": round(max(ray, process), 3), "process_seconds": round(process, 3),
                 "basis": "ray job", "probe": f"a Ray job running: {RAY_JOB_ENTRYPOINT}"}
     else:
         data = {"key": key, "seconds": round(process + RAY_JOB_PRIOR_SECONDS, 3),
-                "process_seconds": round(process, 3), "basis": "imports + prior",
+                "process_seconds": round(process, 3), "basis": "imports + prior", "tried_head": tried,
                 "probe": f"{JOB_IMPORTS} in a fresh process + {RAY_JOB_PRIOR_SECONDS:g} s Ray prior"}
     _memo[key] = _save(data)
     return data
