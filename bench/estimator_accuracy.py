@@ -4,8 +4,10 @@
 
 Each example is planned for the local backend (the estimate a user sees: measured steps, the measured
 fixed start of a job process, the data-load prior) and then run by `dlrun submit --backend local` on a
-local Ray head, in a fresh $DLRUN_HOME (no history corrects the estimate). The actual figure is the
-Ray job's own run time (start to end, as dlrun records it). A job file the planner cannot estimate
+local Ray head, each example in its own fresh $DLRUN_HOME (no history corrects its first estimate) that
+holds only this machine's measured job start (startup.py: a no-op Ray job on the bench's head, timed
+once before the first example). The actual figure is the Ray job's own run time (start to end, as dlrun
+records it). A job file the planner cannot estimate
 here (no workload) is listed and skipped. With --runs 2 (the default) each example runs again after the
 first run finished: the second estimate carries the corrections dlrun learnt from the first (step time
 and start-up term apart), as a user's next submission would.
@@ -69,18 +71,28 @@ def main() -> None:
 
     worst = {}
     with bench_head(home) as head:
+        from orchestrator.planning.startup import measure
+
+        machine = measure()
+        print(f"job start on this machine: {machine['seconds']:.1f} s ({machine['basis']}; the job process's "
+              f"imports alone {machine['process_seconds']:.1f} s)", flush=True)
         print(f"{'example':<26} {'run':>3} {'predicted s':>11} {'(start)':>7} {'actual s':>8} {'(start)':>7} "
-              f"{'pred/actual':>11}   start: predicted = measured process starts + data-load prior; "
+              f"{'pred/actual':>11}   start: predicted = measured Ray job start + data-load prior; "
               "actual = Ray run - the job's own elapsed_s (which includes its data load)")
-        for f in files:
+        for i, f in enumerate(files):
             name = str(f.relative_to(args.examples))
+            own_home = home / f"example-{i}"  # its own history; the machine's measured start and the head copied in
+            shutil.copytree(home / "profiles", own_home / "profiles")
+            shutil.copytree(home / "tokens", own_home / "tokens")
+            shutil.copy(home / "local_head.json", own_home / "local_head.json")
+            os.environ["DLRUN_HOME"] = str(own_home)
             for run in range(1, args.runs + 1):
                 try:
                     est = predicted(f)
                 except Exception as e:  # noqa: BLE001 - a bench lists what it could not measure
                     print(f"{name:<30} skipped: {str(e).splitlines()[0][:80]}", flush=True)
                     break
-                real, own = actual(f, home, head.dashboard_url)
+                real, own = actual(f, own_home, head.dashboard_url)
                 ratio = est.run_seconds / real
                 worst[run] = max(worst.get(run, 0.0), abs(ratio - 1))
                 outside = real - own  # Ray's supervisor, the job's process start and imports
@@ -90,7 +102,8 @@ def main() -> None:
         label = "first runs (no history)" if run == 1 else f"run {run} (history of {run - 1})"
         print(f"worst error, {label}: {w * 100:.0f} % ({'within' if w <= args.goal else 'OUTSIDE'} "
               f"the ±{args.goal * 100:.0f} % goal)")
-    print(f"load average during the bench: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"load average at the end of the bench (1/5/15 min): {'/'.join(f'{x:.1f}' for x in os.getloadavg())} "
+          f"on {os.cpu_count()} cores")
 
 if __name__ == "__main__":
     main()

@@ -162,8 +162,8 @@ def cpu_speedup(vcpus: int, measured_threads: int = 1) -> float:
 
 
 def job_start_seconds(offer: Offer) -> float:
-    """The job process's fixed start: on this machine measured once (process start, torch import)
-    plus the job's own data load; elsewhere the data-load prior alone."""
+    """The job's fixed start: on this machine measured once (Ray's job start and the process's imports,
+    startup.py) plus the job's own data load; elsewhere the data-load prior alone."""
     if runs_here(offer.cloud):
         from orchestrator.planning.startup import local_startup_seconds
 
@@ -193,7 +193,15 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
     start_correction = startup_correction_for(history, accelerator, profile.model_family)
     measured = profile.source == "measured"
     train = step * profile.total_steps * (1 + EVAL_FRACTION if measured else 1)
-    start = job_start_seconds(offer) if measured else 0.0
+    if measured:
+        start = job_start_seconds(offer)
+    elif profile.source == "probe" and runs_here(offer.cloud):
+        # the probe timed the job's process from its spawn (imports, data load): only Ray's share is missing
+        from orchestrator.planning.startup import ray_share_seconds
+
+        start = ray_share_seconds()
+    else:
+        start = 0.0
     raw_run = train + start
     run = train * correction + start * start_correction
     startup = STARTUP_SECONDS.get(offer.cloud, STARTUP_SECONDS["aws"]) + STARTUP_PER_EXTRA_NODE * (num_nodes - 1)

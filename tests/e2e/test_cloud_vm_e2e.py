@@ -116,30 +116,28 @@ def assert_aws_left_nothing(moto_server, job, lab, dlrun_home):
     assert not list((dlrun_home / "keys").glob("*")) and not list((dlrun_home / "known_hosts").glob("*"))
 
 
-def test_aws_cpu_vm_boots_ray_and_trains_through_the_ssh_tunnel(env, tmp_path, moto_server, lab, dlrun_home):
-    r = dlrun("submit", str(job_file(tmp_path)), "--backend", "aws", env=env)
+def test_aws_two_node_cpu_cluster_boots_ray_and_trains_through_the_ssh_tunnel_one_worker_per_vm(
+        env, tmp_path, moto_server, lab, dlrun_home):
+    """One cluster boot for what a one-node and a two-node test proved apart: every VM's boot script runs
+    to its end, dlrun reaches Ray only through its tunnel, Ray Train puts one worker on each VM, the job
+    trains to the accuracy a single process reaches, it is billed, and nothing is left."""
+    # two ranks × batch 64 on half the data each ≈ one process at batch 128: 0.95 from epoch 10, 0.969 at
+    # 20 (jobs.cnn, SEED=0); 24 for a margin over the 0.95 bound
+    r = dlrun("submit", str(job_file(tmp_path, nodes=2, epochs=24, name="two-nodes")), "--backend", "aws", env=env)
     assert r.returncode == 0, r.stderr[-4000:]
     job = r.stdout.split()[0]
     st = status(job, env)
     assert st["status"] == "SUCCEEDED" and st["backend"] == "aws" and st["accelerator"] == "CPU", st
     assert st["metrics"]["accuracy"] >= 0.95
     assert st["ray_address"].startswith("http://127.0.0.1:")  # the tunnel, never the VM directly
-    (inst,) = instances(moto_server, job)
-    console = ec2(moto_server).get_console_output(InstanceId=inst["InstanceId"]).get("Output", "")
-    assert "dlrun boot done" in console  # the boot script ran to its end (as cloud-init runs it)
-    assert 0 < st["actual_cost"] < 0.05
-    assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
-
-
-def test_aws_two_node_cluster_runs_ray_train_with_one_worker_per_vm(env, tmp_path, moto_server, lab, dlrun_home):
-    r = dlrun("submit", str(job_file(tmp_path, nodes=2, epochs=8, name="two-nodes")), "--backend", "aws", env=env)
-    assert r.returncode == 0, r.stderr[-4000:]
-    job = r.stdout.split()[0]
-    st = status(job, env)
-    assert st["status"] == "SUCCEEDED", st
     nodes = st["metrics"]["worker_nodes"]
-    private = {i["PrivateIpAddress"] for i in instances(moto_server, job)}
-    assert len(nodes) == 2 and set(nodes) == private, (nodes, private)
+    launched = instances(moto_server, job)
+    private = {i["PrivateIpAddress"] for i in launched}
+    assert len(launched) == 2 and len(nodes) == 2 and set(nodes) == private, (nodes, private)
+    for inst in launched:
+        console = ec2(moto_server).get_console_output(InstanceId=inst["InstanceId"]).get("Output", "")
+        assert "dlrun boot done" in console  # the boot script ran to its end (as cloud-init runs it)
+    assert 0 < st["actual_cost"] < 0.05 * len(launched)  # the one-node bound, per node
     assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
 
 
@@ -201,7 +199,9 @@ def test_gcp_vm_whose_sshd_starts_late_is_waited_for(env, tmp_path, lab, dlrun_h
 
 
 def test_spot_preemption_on_a_vm_relaunches_and_finishes(env, tmp_path, moto_server, lab, dlrun_home):
-    spec = job_file(tmp_path, spot="always", epochs=30, batch=8, name="spot-cnn")
+    # batch 8: 0.958 accuracy after 4 epochs, 0.975 after 10 (jobs.cnn, SEED=0); 12 leave the preemption
+    # at epoch 2 ten epochs of running job to land in
+    spec = job_file(tmp_path, spot="always", epochs=12, batch=8, name="spot-cnn")
     r = dlrun("submit", str(spec), "--backend", "aws", "--detach", env=env)
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()
