@@ -17,7 +17,7 @@ from tests.e2e.test_cloud_vm_e2e import (REGION, ROOT, assert_aws_left_nothing, 
 from tests.fakes.vm.fixtures import vm_support_problem
 from tests.test_aws_server import moto_server  # noqa: F401
 
-EPOCHS, BATCH = 8, 8
+EPOCHS, BATCH = 30, 8  # long enough (~1 epoch/s on an idle 2-core machine) for the notice to land mid-run
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
 
 
