@@ -199,8 +199,8 @@ def test_gcp_vm_whose_sshd_starts_late_is_waited_for(env, tmp_path, lab, dlrun_h
 
 
 def test_spot_preemption_on_a_vm_relaunches_and_finishes(env, tmp_path, moto_server, lab, dlrun_home):
-    # batch 8: 0.958 accuracy after 4 epochs, 0.975 after 10 (jobs.cnn, SEED=0); 12 leave the preemption
-    # at epoch 2 ten epochs of running job to land in
+    # batch 8: 0.958 accuracy after 4 epochs, 0.975 after 10 (jobs.cnn, SEED=0); 20 leave the preemption
+    # at epoch 2 plenty of running job to land in (an idle machine trains about an epoch a second)
     spec = job_file(tmp_path, spot="always", epochs=20, batch=8, name="spot-cnn")
     r = dlrun("submit", str(spec), "--backend", "aws", "--detach", env=env)
     assert r.returncode == 0, r.stderr
