@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+from infra.buckets import run_bucket_name, split_url  # noqa: F401  (callers use storage.*)
+
 RUN_PREFIX = "runs"          # every dlrun-made object lives under s3://RUN_BUCKET/runs/
 RUN_EXPIRY_DAYS = 30          # the lifecycle rule on the run bucket
 ROLE_PATH = "/dlrun/"
@@ -21,21 +23,8 @@ EC2_TRUST = {"Version": "2012-10-17", "Statement": [{
     "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
 
 
-def run_bucket_name(owner: str, region: str) -> str:
-    """dlrun's bucket for `owner` in `region`: S3 names are global, so the owner goes in as a hash."""
-    digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
-    return f"dlrun-{digest}-{region}"[:63]
-
-
 def run_bucket_url(owner: str, region: str) -> str:
     return f"s3://{run_bucket_name(owner, region)}/{RUN_PREFIX}"
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """s3://bucket/a/b -> ("bucket", "a/b/"); the prefix always ends with '/' (or is empty)."""
-    bucket, _, prefix = url.split("://", 1)[1].partition("/")
-    prefix = prefix.strip("/")
-    return bucket, f"{prefix}/" if prefix else ""
 
 
 def node_policy(bucket: str, prefix: str, read: tuple[str, ...] = ()) -> dict:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 
+from infra.buckets import run_bucket_name, split_url  # noqa: F401  (callers use storage.*)
+
 RUN_PREFIX = "runs"   # every dlrun-made object lives under gs://RUN_BUCKET/runs/
 RUN_EXPIRY_DAYS = 30  # the lifecycle rule on the run bucket
 OBJECT_ROLE = "roles/storage.objectAdmin"    # read/write/delete objects (no bucket settings, no IAM)
@@ -26,21 +28,8 @@ POLICY_VERSION = 3  # conditional bindings need policy version 3 (JSON API bucke
 NODE_SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
 
 
-def run_bucket_name(owner: str, region: str) -> str:
-    """dlrun's bucket for `owner` in `region`: bucket names are global, so the owner goes in as a hash."""
-    digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
-    return f"dlrun-{digest}-{region}"[:63]
-
-
 def run_bucket_url(owner: str, region: str) -> str:
     return f"gs://{run_bucket_name(owner, region)}/{RUN_PREFIX}"
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """gs://bucket/a/b -> ("bucket", "a/b/"); the prefix always ends with '/' (or is empty)."""
-    bucket, _, prefix = url.split("://", 1)[1].partition("/")
-    prefix = prefix.strip("/")
-    return bucket, f"{prefix}/" if prefix else ""
 
 
 def account_id(bucket: str, prefix: str) -> str:

@@ -1,0 +1,17 @@
+"""dlrun's bucket names and bucket URLs, the same on every cloud (S3 and GCS names are global)."""
+from __future__ import annotations
+
+import hashlib
+
+
+def run_bucket_name(owner: str, region: str) -> str:
+    """dlrun's bucket for `owner` in `region` (S3 and GCS names are global, so the owner goes in as a hash)."""
+    digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
+    return f"dlrun-{digest}-{region}"[:63]
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """s3://bucket/a/b or gs://bucket/a/b -> ("bucket", "a/b/"); the prefix ends with '/' (or is empty)."""
+    bucket, _, prefix = url.split("://", 1)[1].partition("/")
+    prefix = prefix.strip("/")
+    return bucket, f"{prefix}/" if prefix else ""
