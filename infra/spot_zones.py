@@ -6,6 +6,11 @@ there. Here a zone whose price is below OUTLIER_SHARE of the median of the regio
 an outlier: it is tried last and never sets the estimate. The estimate prices the first zone of the
 launch order (the cheapest regular zone), and infra/vm/provider.py launches in that same order.
 
+Only AWS has rows here. GCP sets a Spot VM price per region, the same in each of its zones (every
+zone of a region carries the same SpotPrice in skypilot-catalog catalogs/v8/gcp/vms.csv @006059e0;
+Google's SKU list, https://cloud.google.com/skus: "Spot prices are dynamic and can change up to once
+every 30 days"), so a GCP estimate's regional price already is the price of the zone it launches in.
+
 Data: configs/catalog/spot_zones.csv (shipped, zone IDs such as use1-az1), replaced per instance type
 by $DLRUN_HOME/spot_zones.csv, which `dlrun catalog refresh` writes (zone names such as us-east-1a).
 """
