@@ -8,6 +8,7 @@ from infra.aws import storage
 from infra.aws.errors import error_code
 from infra.base import ProvisionError
 
+DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys (docs.aws.amazon.com/AmazonS3/latest/API/API_DeleteObjects.html)
 NODE_PACKAGES = ("boto3",)  # the node's S3 client (jobs/checkpoint.py); credentials come from the role
 
 
@@ -80,3 +81,22 @@ def leftover_node_roles(session, endpoint_url: str | None) -> dict[str, dict[str
             raise
         logging.getLogger(__name__).warning("node roles not searched: %s", e)
         return {}
+
+
+def clear_run_prefix(session, owner: str, relative: str, endpoint_url: str | None) -> dict[str, list[str]]:
+    """`--fresh`: every object under runs/<relative>/ in each of `owner`'s run buckets (one per region the
+    run may have used); {prefix URL: the names removed, relative to it}. Nothing else in them is touched."""
+    head = storage.run_bucket_name(owner, "")  # dlrun-<owner hash>-: then the bucket's region
+    prefix = f"{storage.RUN_PREFIX}/{relative.strip('/')}/"
+    found = session.client("s3", endpoint_url=endpoint_url).list_buckets(Prefix=head)["Buckets"]
+    out: dict[str, list[str]] = {}
+    for bucket in sorted(b["Name"] for b in found if b["Name"].startswith(head)):
+        s3 = session.client("s3", region_name=bucket[len(head):], endpoint_url=endpoint_url)
+        keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                for o in page.get("Contents", [])]
+        for i in range(0, len(keys), DELETE_BATCH):
+            batch = [{"Key": k} for k in keys[i:i + DELETE_BATCH]]
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+        if keys:
+            out[f"s3://{bucket}/{prefix}"] = [k[len(prefix):] for k in keys]
+    return out

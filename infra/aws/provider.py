@@ -18,8 +18,8 @@ from infra.aws import compute, network as net
 from infra.aws.compute import LIVE_STATES
 from infra.aws.errors import CREDENTIALS_HOWTO, error_code, to_provider_error
 from infra.aws.images import find_image
-from infra.aws.launch_storage import (NODE_PACKAGES, leftover_node_roles, prepare_storage, remove_node_role,
-                                      run_instances)
+from infra.aws.launch_storage import (NODE_PACKAGES, clear_run_prefix, leftover_node_roles, prepare_storage,
+                                      remove_node_role, run_instances)
 from infra.aws.storage import TAG_REGION, role_name
 from infra.aws.records import (TAG_PRICE, TAG_SPOT, TAG_SSH_USER, TAG_TERMINATING, UP_STATES,
                                cluster_from_instances, node_state, tags_of)
@@ -238,6 +238,16 @@ class AwsProvider(VmProvider):
                     raise
                 return False
         self._poll(try_delete, f"security group {group_id} still in use")
+
+    def clear_run_prefix(self, owner: str, relative: str) -> dict[str, list[str]]:
+        """`--fresh` in dlrun's own buckets (launch_storage.clear_run_prefix); {} without AWS credentials:
+        no attempt of the run could reach them then."""
+        if self._session.get_credentials() is None:
+            return {}
+        try:
+            return clear_run_prefix(self._session, owner, relative, self.endpoint_url)
+        except (ClientError, BotoCoreError) as e:
+            raise to_provider_error(e) from None
 
     # ---------------------------------------------------------------- list_owned
     def list_owned(self) -> list[Cluster]:

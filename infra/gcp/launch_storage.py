@@ -44,7 +44,7 @@ def prepare_storage(credentials, project: str, url: str, *, region: str, owner: 
 MAX_LISTED_ACCOUNTS = 1000  # the orphan search looks at no more (a project holds 100 by default)
 
 
-def remove_node_account(credentials, project: str, email: str, *, storage_endpoint: str | None = None,
+def remove_node_account(credentials, project: str, email: str, storage_endpoint: str | None = None,
                         iam_endpoint: str | None = None) -> bool:
     """The cluster's node account and its bindings on the run bucket, once its instances are gone."""
     from infra.gcp.iam import IamApi
@@ -67,3 +67,20 @@ def leftover_node_accounts(credentials, project: str, *, iam_endpoint: str | Non
         # a login that may not list accounts made none either; the rest of `down --orphans` must still run
         logging.getLogger(__name__).warning("node service accounts not searched: %s", e)
         return {}
+
+
+def clear_run_prefix(credentials, project: str, owner: str, relative: str,
+                     storage_endpoint: str | None = None) -> dict[str, list[str]]:
+    """`--fresh`: every object under runs/<relative>/ in each of `owner`'s run buckets in `project`; {prefix
+    URL: the names removed, relative to it}. Nothing else in them is touched."""
+    client = storage_client(credentials, project, storage_endpoint)
+    head = storage.run_bucket_name(owner, "")
+    prefix = f"{storage.RUN_PREFIX}/{relative.strip('/')}/"
+    out: dict[str, list[str]] = {}
+    for name in sorted(b.name for b in client.list_buckets(prefix=head) if b.name.startswith(head)):
+        blobs = list(client.list_blobs(name, prefix=prefix))
+        for blob in blobs:
+            blob.delete()
+        if blobs:
+            out[f"gs://{name}/{prefix}"] = [b.name[len(prefix):] for b in blobs]
+    return out

@@ -24,7 +24,8 @@ from google.cloud import compute_v1
 from infra.base import (TAG_CLUSTER, BootstrapConfig, Cluster, ClusterRequest, CredentialsError, NodeState,
                         ProviderError, ProvisionError)
 from infra.gcp import errors as gcp_errors, network as net
-from infra.gcp.launch_storage import NODE_PACKAGES, leftover_node_accounts, prepare_storage, remove_node_account
+from infra.gcp.launch_storage import (NODE_PACKAGES, clear_run_prefix, leftover_node_accounts, prepare_storage,
+                                      remove_node_account)
 from infra.gcp.storage import account_email, account_id
 from infra.gcp.zones import zones_for
 from infra.identity import owner_identity
@@ -237,12 +238,8 @@ class GcpProvider(VmProvider):
         if created.key:
             remove_cluster_key(created.key)
         if created.identity:
-            self._remove_account(created.identity)
+            remove_node_account(self._credentials, self.project, created.identity, self.storage_endpoint, self.iam_endpoint)
         created.instances, created.firewalls, created.key, created.identity = [], [], "", ""
-
-    def _remove_account(self, email: str) -> None:
-        remove_node_account(self._credentials, self.project, email, storage_endpoint=self.storage_endpoint,
-                            iam_endpoint=self.iam_endpoint)
 
     def _wait(self, op_name: str, zone: str | None, *, what: str = "", region: str = "") -> None:
         """Wait for a zone (or region, or global) operation; raise its error mapped to a provider error.
@@ -318,7 +315,7 @@ class GcpProvider(VmProvider):
             self._delete_firewalls(list(net.firewall_names(cluster.cluster_id)), strict=True)
             mine = account_email(account_id(cluster.cluster_id), self.project)
             if mine in accounts:  # only the account made for this cluster (never one the user named)
-                self._remove_account(mine)
+                remove_node_account(self._credentials, self.project, mine, self.storage_endpoint, self.iam_endpoint)
         except Exception as e:
             raise gcp_errors.from_exception(e, region=cluster.region) from None
         remove_cluster_key(cluster.cluster_id)
@@ -353,6 +350,17 @@ class GcpProvider(VmProvider):
                 if strict:
                     raise
 
+    def clear_run_prefix(self, owner: str, relative: str) -> dict[str, list[str]]:
+        """`--fresh` in dlrun's own buckets (launch_storage.clear_run_prefix); {} without a GCP login."""
+        try:
+            project = self.project
+        except CredentialsError:
+            return {}  # no attempt of the run could reach them then
+        try:
+            return clear_run_prefix(self._credentials, project, owner, relative, self.storage_endpoint)
+        except Exception as e:
+            raise gcp_errors.from_exception(e) from None
+
     # ---------------------------------------------------------------- orphans
     def list_owned(self) -> list[Cluster]:
         try:
@@ -375,7 +383,6 @@ class GcpProvider(VmProvider):
             cluster_id = net.cluster_id_of_firewall(fw)
             if fw.name.startswith(net.NAME_PREFIX) and cluster_id:
                 by_cluster.setdefault(cluster_id, {"region": "", "zone": "", "instances": [], "meta": {}})
-        accounts = leftover_node_accounts(self._credentials, self.project, iam_endpoint=self.iam_endpoint)
         clusters = []
         for cluster_id, entry in sorted(by_cluster.items()):
             instances, meta = entry["instances"], entry["meta"]
@@ -385,4 +392,5 @@ class GcpProvider(VmProvider):
                 project=self.project, spot=bool(first and first.scheduling.provisioning_model == "SPOT"),
                 price=float(meta.get(META_PRICE) or 0.0),
                 instance_type=first.machine_type.rsplit("/", 1)[-1] if first else ""))
+        accounts = leftover_node_accounts(self._credentials, self.project, iam_endpoint=self.iam_endpoint)
         return with_accounts(clusters, accounts, project=self.project)

@@ -1,7 +1,7 @@
 """A small stateful fake of the Cloud Storage JSON API and the IAM service-account API, for the real
 google-cloud-storage client and google.auth's AuthorizedSession.
 
-Cloud Storage (https://cloud.google.com/storage/docs/json_api/v1): buckets insert/get/patch,
+Cloud Storage (https://cloud.google.com/storage/docs/json_api/v1): buckets insert/get/list/patch,
 getIamPolicy/setIamPolicy (policy version 3 rules for conditions), objects multipart insert, get,
 list (prefix), delete, and media download. IAM v1: projects.serviceAccounts create/get/list/delete.
 
@@ -92,6 +92,11 @@ class FakeGcs:
             return self._iam(method, m.group(1), unquote(m.group(2) or ""), _json(raw), query)
         if path == "/storage/v1/b" and method == "POST":
             return 200, self._insert_bucket(query, _json(raw)), {}
+        if path == "/storage/v1/b" and method == "GET":  # buckets.list: the project's, by name prefix
+            if query.get("project") != self.project:
+                raise ApiError(403, f"no storage.buckets.list access to project {query.get('project')}")
+            items = [b for n, b in sorted(self.buckets.items()) if n.startswith(query.get("prefix", ""))]
+            return 200, {"kind": "storage#buckets", "items": items}, {}
         if m := re.fullmatch(r"/upload/storage/v1/b/([^/]+)/o", path):
             return 200, self._upload(m.group(1), query, headers, raw, caller), {}
         if m := re.fullmatch(r"/download/storage/v1/b/([^/]+)/o/(.+)", path):
