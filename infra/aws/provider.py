@@ -202,8 +202,6 @@ class AwsProvider(VmProvider):
         live = {i["InstanceId"] for i in instances}
         self._terminate_ids(ec2, sorted(live))
         self._wait_gone(ec2, sorted(live))
-        if role or any(i.get("IamInstanceProfile") for i in instances):
-            remove_node_role(self._session, role_name(cluster_id), self.endpoint_url)
         for group in net.find_security_groups(ec2, cluster_id):
             self._delete_group_when_free(ec2, group["GroupId"])
         forget_host_keys(cluster_id)
@@ -212,6 +210,8 @@ class AwsProvider(VmProvider):
             for key in net.find_key_pairs(ec2, cluster_id):
                 net.delete_key_pair(ec2, key)
             remove_cluster_key(cluster_id)
+        if role or any(i.get("IamInstanceProfile") for i in instances):  # last: EC2's part is done first
+            remove_node_role(self._session, role_name(cluster_id), self.endpoint_url)
 
     def _terminate_ids(self, ec2, ids: list[str]) -> None:
         if not ids:
