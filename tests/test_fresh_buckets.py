@@ -136,3 +136,20 @@ def test_no_gcp_login_has_nothing_to_clear(monkeypatch, owner, tmp_path):
     monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")  # not on a VM either
     monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")
     assert start_fresh(spec_for("gcp")) == []
+
+
+def test_the_plan_decides_whose_buckets_are_cleared(owner):
+    # only clouds whose candidates would keep checkpoints in dlrun's bucket are asked (no call otherwise)
+    from orchestrator.planning import planner
+    from tests.test_planner import CATALOG, PROFILE
+    from tests.test_storage_plan import spec
+
+    def clouds(**resources):
+        s = spec(resources=resources)
+        offers = [o for o in CATALOG if o.cloud in s.resources.clouds]  # what offers_for() would give
+        return bucket_clouds(s, planner.plan(s, offers, profile=PROFILE))
+
+    assert clouds(clouds=["local", "aws", "gcp"], spot="always") == ["aws", "gcp"]
+    assert clouds(clouds=["gcp"], spot="never") == []  # a single on-demand GCP attempt keeps the node's disk
+    assert clouds(clouds=["local", "aws"], spot="never") == ["aws"]
+    assert clouds(clouds=["local"]) == []
