@@ -38,6 +38,12 @@ def checkpoint_name(epoch: int, step: int = 0) -> str:
     return f"epoch-{epoch:06d}-step-{step:06d}.pt" if step else f"epoch-{epoch:06d}.pt"
 
 
+def point_of(name: str) -> tuple[int, int] | None:
+    """(epoch, step) of a checkpoint's file name; None for any other name."""
+    m = _NAME.match(name)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
 def _to_bytes(state: dict) -> bytes:
     import torch
 
@@ -68,18 +74,18 @@ class Checkpoints:
 
     def points(self) -> list[tuple[int, int]]:
         """(epoch, step) of every checkpoint, oldest first."""
-        return sorted((int(m.group(1)), int(m.group(2) or 0)) for n in self._names() if (m := _NAME.match(n)))
+        return sorted(p for n in self._names() if (p := point_of(n)))
 
     def epochs(self) -> list[int]:
         """Epochs that have a checkpoint, oldest first."""
         return sorted({epoch for epoch, _ in self.points()})
 
     def clear(self) -> list[int]:
-        """Remove every checkpoint (a run started over); the epochs removed, oldest first."""
-        epochs = self.epochs()
-        for epoch in epochs:
-            self._delete(checkpoint_name(epoch))
-        return epochs
+        """Remove every checkpoint, mid-epoch ones too (a run started over); the epochs removed, oldest first."""
+        points = self.points()
+        for point in points:
+            self._delete(checkpoint_name(*point))
+        return sorted({epoch for epoch, _ in points})
 
     def load_latest(self) -> dict | None:
         """The newest checkpoint that reads back whole (a damaged one is skipped, not fatal)."""

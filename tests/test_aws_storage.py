@@ -70,7 +70,7 @@ def test_a_users_bucket_is_used_as_is(session):
     s3.create_bucket(Bucket="team-ckpt")
     provider, request, cluster = launch(session, "s3://team-ckpt/exp/digits/k1")
     assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["team-ckpt"]  # no run bucket made
-    doc = role_policy(session.client("iam"), storage.role_name("team-ckpt", "exp/digits/k1/"))
+    doc = role_policy(session.client("iam"), storage.role_name("cs1"))
     assert doc["Statement"][0]["Resource"] == "arn:aws:s3:::team-ckpt/exp/digits/k1/*"
     provider.terminate(cluster)
 
@@ -106,7 +106,7 @@ def test_the_role_can_write_its_prefix_and_nothing_else(moto, monkeypatch):
     bucket = storage.run_bucket_name(OWNER, REGION)
     s3.create_bucket(Bucket=bucket)                                         # 1
     s3.put_object(Bucket=bucket, Key="runs/other/0/epoch-000001.pt", Body=b"x")  # 2
-    name = storage.ensure_node_profile(iam, bucket, "runs/digits/k1/", OWNER)    # 3-8
+    name = storage.ensure_node_profile(iam, bucket, "runs/digits/k1/", OWNER, cluster_id="c1")  # 3-8
     creds = _role_credentials(name)                                          # 9
     for k, v in creds.items():
         monkeypatch.setenv({"aws_access_key_id": "AWS_ACCESS_KEY_ID", "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",

@@ -99,10 +99,11 @@ def count_puts(session) -> list[str]:
     return puts
 
 
-def launch_with_data(session, cluster_id, spec):
+def launch_with_data(session, cluster_id, spec, while_up=lambda: None):
     env, uploads, read = data_env(spec, local=False, checkpoint=RUN_URL)
     provider = make_provider(session)
     cluster = provider.launch(make_request(cluster_id, storage=RUN_URL, data_uploads=uploads, data_read=read))
+    while_up()
     provider.terminate(cluster)
     return json.loads(env["DLRUN_DATA_SOURCES"])
 
@@ -130,10 +131,11 @@ def test_a_local_directory_is_uploaded_once_and_only_changed_files_again(session
 
 def test_the_node_role_may_read_the_data_prefix_and_the_jobs_buckets_only(session, tmp_path):
     src = make_dir(tmp_path / "digits", {"a.bin": b"1"})
-    launch_with_data(session, "d4", JobSpec(name="t", job="cnn", data=[str(src), "s3://shared-sets/imagenet/val"]))
-    iam = session.client("iam")
-    doc = iam.get_role_policy(RoleName=storage.role_name(*storage.split_url(RUN_URL)),
-                              PolicyName="dlrun-run-storage")["PolicyDocument"]
+    iam, docs = session.client("iam"), []
+    launch_with_data(session, "d4", JobSpec(name="t", job="cnn", data=[str(src), "s3://shared-sets/imagenet/val"]),
+                     while_up=lambda: docs.append(iam.get_role_policy(
+                         RoleName=storage.role_name("d4"), PolicyName="dlrun-run-storage")["PolicyDocument"]))
+    (doc,) = docs
     bucket = storage.run_bucket_name(OWNER, REGION)
     by_resource = {}
     for s in doc["Statement"]:

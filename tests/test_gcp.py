@@ -10,14 +10,19 @@ from infra.base import (BootstrapConfig, CapacityError, ClusterRequest, Credenti
 from infra.gcp.provider import GcpProvider
 from infra.catalog import load_offers
 from tests.fakes.gce_server import FakeGce
+from tests.fakes.gcs_server import FakeGcs
 
 CALLER = "198.51.100.7/32"
 US_CENTRAL1 = ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"]
 
 
 @pytest.fixture
-def gce():
-    with FakeGce() as fake:
+def gce(monkeypatch):
+    """The fake Compute Engine, and the fake IAM (tests/fakes/gcs_server.py) that list_owned() asks for
+    dlrun's node service accounts: never Google's."""
+    with FakeGce() as fake, FakeGcs(project=fake.project) as iam:
+        monkeypatch.setenv("DLRUN_GCP_IAM_ENDPOINT", iam.endpoint)
+        monkeypatch.setenv("DLRUN_GCS_ENDPOINT", iam.endpoint)
         yield fake
 
 

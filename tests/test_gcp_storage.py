@@ -68,7 +68,7 @@ def test_launch_makes_the_run_bucket_once_with_its_lifecycle_and_reuses_it(gce, 
 def test_nodes_run_as_an_account_bound_to_the_runs_prefix_only_and_carry_no_key(gce, gcs, provider):
     launch(provider, RUN_URL, spot=True, nodes=2)
     (email,) = gcs.accounts
-    assert email == storage.account_email(storage.account_id(BUCKET, "runs/digits/0123abcd/"), gce.project)
+    assert email == storage.account_email(storage.account_id("c-1"), gce.project)  # one per cluster
     assert len(gce.instances) == 2
     for instance in gce.instances.values():
         assert instance["serviceAccounts"] == [{"email": email, "scopes": list(storage.NODE_SCOPES)}]
@@ -89,9 +89,9 @@ def test_nodes_run_as_an_account_bound_to_the_runs_prefix_only_and_carry_no_key(
     base = f"/v1/projects/{gce.project}/serviceAccounts"
     assert [(m, p) for m, p, *_ in gcs.requests if p.startswith("/v1/")] == \
         [("POST", base), ("GET", f"{base}/{email}")]  # made and read back; no keys, no project policy
-    # relaunching the same run reuses the account and leaves the policy as it is
+    # relaunching the same cluster reuses the account and leaves the policy as it is
     puts = len(calls(gcs, "PUT", "/iam"))
-    launch(provider, RUN_URL, cluster_id="c-2")
+    launch(provider, RUN_URL, spot=True, nodes=2)
     assert list(gcs.accounts) == [email] and len(calls(gcs, "PUT", "/iam")) == puts
 
 

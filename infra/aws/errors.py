@@ -19,6 +19,7 @@ QUOTA_CODES = frozenset({"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotI
 CREDENTIAL_CODES = frozenset({
     "AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
     "ExpiredToken", "RequestExpired", "OptInRequired", "Blocked", "AccessDenied",
+    "InvalidAccessKeyId",  # S3's word for an unknown key (docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html)
 })
 # botocore already retried these with backoff; reaching us means the retries ran out
 THROTTLE_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})

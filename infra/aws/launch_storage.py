@@ -8,11 +8,12 @@ from infra.aws import storage
 from infra.aws.errors import error_code
 from infra.base import ProvisionError
 
+DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys (docs.aws.amazon.com/AmazonS3/latest/API/API_DeleteObjects.html)
 NODE_PACKAGES = ("boto3",)  # the node's S3 client (jobs/checkpoint.py); credentials come from the role
 
 
 def prepare_storage(session, url: str, *, region: str, owner: str, endpoint_url: str | None,
-                    data_read: tuple = (), data_uploads: tuple = ()) -> str:
+                    cluster_id: str, job_id: str = "", data_read: tuple = (), data_uploads: tuple = ()) -> str:
     """The instance profile for a run stored at `url` (s3:// only); makes dlrun's run bucket if it is the
     one, uploads the job's local data directories (once) and lets the role read its data inputs."""
     if not url.startswith("s3://"):
@@ -30,7 +31,8 @@ def prepare_storage(session, url: str, *, region: str, owner: str, endpoint_url:
             for root, manifest_url, manifest in data_uploads:
                 upload_dir(s3, root, manifest, manifest_url)
         iam = session.client("iam", endpoint_url=endpoint_url)
-        return storage.ensure_node_profile(iam, bucket, prefix, owner, tuple(data_read))
+        return storage.ensure_node_profile(iam, bucket, prefix, owner, tuple(data_read), cluster_id=cluster_id,
+                                           job_id=job_id, region=region)
     except ClientError as e:
         if error_code(e) == "BucketAlreadyExists":
             raise ProvisionError(f"the S3 bucket name {bucket} belongs to another account: set "
@@ -60,3 +62,41 @@ def run_instances(ec2, params: dict, poll) -> dict:
                 return None
             raise
     return poll(attempt, f"instance profile {params['IamInstanceProfile']['Name']} not visible to EC2 yet")
+
+
+def remove_node_role(session, name: str, endpoint_url: str | None) -> bool:
+    """The cluster's node role and instance profile, once its instances are gone."""
+    return storage.remove_node_profile(session.client("iam", endpoint_url=endpoint_url), name)
+
+
+def leftover_node_roles(session, endpoint_url: str | None) -> dict[str, dict[str, str]]:
+    """dlrun's node roles and their tags; {} (with a warning) when this login may not list roles: it then
+    made none either, and the rest of `down --orphans` must still run."""
+    import logging
+
+    try:
+        return storage.list_node_roles(session.client("iam", endpoint_url=endpoint_url))
+    except ClientError as e:
+        if error_code(e) not in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation"):
+            raise
+        logging.getLogger(__name__).warning("node roles not searched: %s", e)
+        return {}
+
+
+def clear_run_prefix(session, owner: str, relative: str, endpoint_url: str | None) -> dict[str, list[str]]:
+    """`--fresh`: every object under runs/<relative>/ in each of `owner`'s run buckets (one per region the
+    run may have used); {prefix URL: the names removed, relative to it}. Nothing else in them is touched."""
+    head = storage.run_bucket_name(owner, "")  # dlrun-<owner hash>-: then the bucket's region
+    prefix = f"{storage.RUN_PREFIX}/{relative.strip('/')}/"
+    found = session.client("s3", endpoint_url=endpoint_url).list_buckets(Prefix=head)["Buckets"]
+    out: dict[str, list[str]] = {}
+    for bucket in sorted(b["Name"] for b in found if b["Name"].startswith(head)):
+        s3 = session.client("s3", region_name=bucket[len(head):], endpoint_url=endpoint_url)
+        keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                for o in page.get("Contents", [])]
+        for i in range(0, len(keys), DELETE_BATCH):
+            batch = [{"Key": k} for k in keys[i:i + DELETE_BATCH]]
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+        if keys:
+            out[f"s3://{bucket}/{prefix}"] = [k[len(prefix):] for k in keys]
+    return out

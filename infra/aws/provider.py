@@ -18,7 +18,9 @@ from infra.aws import compute, network as net
 from infra.aws.compute import LIVE_STATES
 from infra.aws.errors import CREDENTIALS_HOWTO, error_code, to_provider_error
 from infra.aws.images import find_image
-from infra.aws.launch_storage import NODE_PACKAGES, prepare_storage, run_instances
+from infra.aws.launch_storage import (NODE_PACKAGES, clear_run_prefix, leftover_node_roles, prepare_storage,
+                                      remove_node_role, run_instances)
+from infra.aws.storage import TAG_REGION, role_name
 from infra.aws.records import (TAG_PRICE, TAG_SPOT, TAG_SSH_USER, TAG_TERMINATING, UP_STATES,
                                cluster_from_instances, node_state, tags_of)
 from infra.base import (TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, Cluster, ClusterRequest,
@@ -118,8 +120,10 @@ class AwsProvider(VmProvider):
         cfg = request.bootstrap or BootstrapConfig(ray_version=local_ray_version("aws"))
         profile = ""
         if request.storage:
+            created.identity = role_name(request.cluster_id)  # set first: a failure halfway still removes it
             profile = prepare_storage(self._session, request.storage, region=region,
                                       owner=tags[TAG_OWNER], endpoint_url=self.endpoint_url,
+                                      cluster_id=request.cluster_id, job_id=request.job_id,
                                       data_read=request.data_read, data_uploads=request.data_uploads)
             cfg = replace(cfg, python_packages=[*cfg.python_packages, *NODE_PACKAGES])
         return dict(ami=ami, group_id=group_id, key_name=key_name, tags=instance_tags, login_user=ssh_user,
@@ -170,6 +174,8 @@ class AwsProvider(VmProvider):
         if created.key:
             net.delete_key_pair(ec2, created.key)
             remove_cluster_key(cluster_id)
+        if created.identity:
+            remove_node_role(self._session, created.identity, self.endpoint_url)
 
     # ---------------------------------------------------------------- status
     def status(self, cluster: Cluster) -> list[NodeState]:
@@ -186,14 +192,14 @@ class AwsProvider(VmProvider):
         try:
             ec2 = self._ec2(cluster.region)
             self._remove_all(ec2, cluster.cluster_id, [n.node_id for n in cluster.nodes],
-                             own_key=bool(cluster.extra.get("own_key")))
+                             own_key=bool(cluster.extra.get("own_key")), role=cluster.extra.get("node_role", ""))
         except (ClientError, BotoCoreError) as e:
             raise to_provider_error(e, region=cluster.region) from None
 
-    def _remove_all(self, ec2, cluster_id: str, node_ids: list[str], own_key: bool) -> None:
-        """Instances (by id and by tag), then the security group(s), then the key pair(s)."""
-        live = {i["InstanceId"] for i in compute.of_cluster(ec2, cluster_id, LIVE_STATES)}
-        live |= {i["InstanceId"] for i in compute.by_ids(ec2, node_ids, LIVE_STATES)}
+    def _remove_all(self, ec2, cluster_id: str, node_ids: list[str], own_key: bool, role: str = "") -> None:
+        """Instances (by id and by tag), then the security group(s), the key pair(s) and the node role."""
+        instances = compute.of_cluster(ec2, cluster_id, LIVE_STATES) + compute.by_ids(ec2, node_ids, LIVE_STATES)
+        live = {i["InstanceId"] for i in instances}
         self._terminate_ids(ec2, sorted(live))
         self._wait_gone(ec2, sorted(live))
         for group in net.find_security_groups(ec2, cluster_id):
@@ -204,6 +210,8 @@ class AwsProvider(VmProvider):
             for key in net.find_key_pairs(ec2, cluster_id):
                 net.delete_key_pair(ec2, key)
             remove_cluster_key(cluster_id)
+        if role or any(i.get("IamInstanceProfile") for i in instances):  # last: EC2's part is done first
+            remove_node_role(self._session, role_name(cluster_id), self.endpoint_url)
 
     def _terminate_ids(self, ec2, ids: list[str]) -> None:
         if not ids:
@@ -231,6 +239,16 @@ class AwsProvider(VmProvider):
                 return False
         self._poll(try_delete, f"security group {group_id} still in use")
 
+    def clear_run_prefix(self, owner: str, relative: str) -> dict[str, list[str]]:
+        """`--fresh` in dlrun's own buckets (launch_storage.clear_run_prefix); {} without AWS credentials:
+        no attempt of the run could reach them then."""
+        if self._session.get_credentials() is None:
+            return {}
+        try:
+            return clear_run_prefix(self._session, owner, relative, self.endpoint_url)
+        except (ClientError, BotoCoreError) as e:
+            raise to_provider_error(e) from None
+
     # ---------------------------------------------------------------- list_owned
     def list_owned(self) -> list[Cluster]:
         clusters: list[Cluster] = []
@@ -239,6 +257,26 @@ class AwsProvider(VmProvider):
                 clusters.extend(self._owned_in(region))
             except (ClientError, BotoCoreError) as e:
                 raise to_provider_error(e, region=region) from None
+        try:
+            roles = leftover_node_roles(self._session, self.endpoint_url)
+        except (ClientError, BotoCoreError) as e:
+            raise to_provider_error(e) from None
+        return self._with_roles(clusters, roles)
+
+    def _with_roles(self, clusters: list[Cluster], roles: dict[str, dict[str, str]]) -> list[Cluster]:
+        """IAM is global: each node role goes with its cluster, or is a leftover of its own (a launch that
+        died after making the role and before its instances)."""
+        by_id = {c.cluster_id: c for c in clusters}
+        for name, tags in sorted(roles.items()):
+            cid = tags[TAG_CLUSTER]
+            if name != role_name(cid):
+                continue  # not the name dlrun gives that cluster's role: never touched
+            if cid not in by_id:
+                by_id[cid] = Cluster(cluster_id=cid, provider=self.name, region=tags.get(TAG_REGION) or self.region or "",
+                                     zone="", instance_type="", spot=False, price_per_hour=0.0,
+                                     job_id=tags.get(TAG_JOB, ""), extra={"owner": tags.get(TAG_OWNER, "")})
+                clusters.append(by_id[cid])
+            by_id[cid].extra["node_role"] = name
         return clusters
 
     def _search_regions(self) -> list[str]:

@@ -74,5 +74,6 @@ def cluster_from_instances(region: str, cluster_id: str, instances: list[dict], 
         extra={"security_group_ids": sorted({g["GroupId"] for i in instances
                                              for g in i.get("SecurityGroups", [])}),
                "key_name": first.get("KeyName", ""), "ami": first.get("ImageId", ""),
-               "owner": head_tags.get(TAG_OWNER, ""), "own_key": own_key},
+               "owner": head_tags.get(TAG_OWNER, ""), "own_key": own_key,
+               "node_role": first.get("IamInstanceProfile", {}).get("Arn", "").rsplit("/", 1)[-1]},
     )

@@ -14,11 +14,16 @@ from __future__ import annotations
 import hashlib
 import json
 
+from infra.base import TAG_CLUSTER, TAG_JOB, TAG_OWNER
 from infra.buckets import run_bucket_name, split_url  # noqa: F401  (callers use storage.*)
+
+TAG_REGION = "dlrun-region"  # on a node role: where its cluster's instances would be
 
 RUN_PREFIX = "runs"          # every dlrun-made object lives under s3://RUN_BUCKET/runs/
 RUN_EXPIRY_DAYS = 30          # the lifecycle rule on the run bucket
 ROLE_PATH = "/dlrun/"
+ROLE_PREFIX = "dlrun-node-"
+MAX_LISTED_ROLES = 1000  # IAM's default role quota per account: the orphan search stops there
 EC2_TRUST = {"Version": "2012-10-17", "Statement": [{
     "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
 
@@ -46,9 +51,9 @@ def node_policy(bucket: str, prefix: str, read: tuple[str, ...] = ()) -> dict:
     ]}
 
 
-def role_name(bucket: str, prefix: str) -> str:
-    """One role per run prefix (reused by every attempt and resubmission of that run)."""
-    return "dlrun-node-" + hashlib.sha256(f"{bucket}/{prefix}".encode()).hexdigest()[:20]
+def role_name(cluster_id: str) -> str:
+    """One role per cluster: made by its launch, removed with it (terminate, or `down --orphans`)."""
+    return ROLE_PREFIX + hashlib.sha256(cluster_id.encode()).hexdigest()[:20]
 
 
 def ensure_run_bucket(s3, bucket: str, region: str, owner: str) -> bool:
@@ -84,12 +89,16 @@ def ensure_run_bucket(s3, bucket: str, region: str, owner: str) -> bool:
     return True
 
 
-def ensure_node_profile(iam, bucket: str, prefix: str, owner: str, read: tuple[str, ...] = ()) -> str:
-    """The instance profile (same name as its role) whose role may touch bucket/prefix only."""
+def ensure_node_profile(iam, bucket: str, prefix: str, owner: str, read: tuple[str, ...] = (), *,
+                        cluster_id: str, job_id: str = "", region: str = "") -> str:
+    """The instance profile (same name as its role) whose role may touch bucket/prefix only; tagged with
+    its cluster, so that a launch that died before its instances existed is still found (list_node_roles)."""
     from botocore.exceptions import ClientError
 
-    name = role_name(bucket, prefix)
-    tags = [{"Key": "dlrun-owner", "Value": owner[:256]}, {"Key": "dlrun-storage", "Value": f"s3://{bucket}/{prefix}"[:256]}]
+    name = role_name(cluster_id)
+    tags = [{"Key": k, "Value": v[:256]} for k, v in (
+        (TAG_OWNER, owner), ("dlrun-storage", f"s3://{bucket}/{prefix}"), (TAG_CLUSTER, cluster_id),
+        (TAG_JOB, job_id), (TAG_REGION, region))]
     try:
         iam.create_role(RoleName=name, Path=ROLE_PATH, AssumeRolePolicyDocument=json.dumps(EC2_TRUST),
                         Description="dlrun node: checkpoints of one run", Tags=tags)
@@ -107,3 +116,51 @@ def ensure_node_profile(iam, bucket: str, prefix: str, owner: str, read: tuple[s
     if not any(r["RoleName"] == name for r in roles):
         iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
     return name
+
+
+def remove_node_profile(iam, name: str) -> bool:
+    """Delete a node instance profile and its role (profile first: the role is what lists them); True
+    when something was there. Missing pieces (a launch interrupted halfway, a second call) are skipped."""
+    from botocore.exceptions import ClientError
+
+    def gone(e: ClientError) -> bool:
+        return e.response.get("Error", {}).get("Code") == "NoSuchEntity"
+
+    found = False
+    try:
+        for role in iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"].get("Roles", []):
+            iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=role["RoleName"])
+        iam.delete_instance_profile(InstanceProfileName=name)
+        found = True
+    except ClientError as e:
+        if not gone(e):
+            raise
+    try:
+        for policy in iam.list_role_policies(RoleName=name)["PolicyNames"]:
+            iam.delete_role_policy(RoleName=name, PolicyName=policy)
+        for policy in iam.list_attached_role_policies(RoleName=name)["AttachedPolicies"]:
+            iam.detach_role_policy(RoleName=name, PolicyArn=policy["PolicyArn"])
+        iam.delete_role(RoleName=name)
+        found = True
+    except ClientError as e:
+        if not gone(e):
+            raise
+    return found
+
+
+def list_node_roles(iam, limit: int = MAX_LISTED_ROLES) -> dict[str, dict[str, str]]:
+    """{role name: its tags} of dlrun's node roles (path ROLE_PATH, name ROLE_PREFIX...) that name their
+    cluster; at most `limit` roles are looked at. ListRoles returns no tags, hence one ListRoleTags each."""
+    found: dict[str, dict[str, str]] = {}
+    seen = 0
+    for page in iam.get_paginator("list_roles").paginate(PathPrefix=ROLE_PATH):
+        for role in page["Roles"]:
+            seen += 1
+            if seen > limit:
+                return found
+            if not role["RoleName"].startswith(ROLE_PREFIX):
+                continue
+            tags = {t["Key"]: t["Value"] for t in iam.list_role_tags(RoleName=role["RoleName"])["Tags"]}
+            if tags.get(TAG_CLUSTER):
+                found[role["RoleName"]] = tags
+    return found

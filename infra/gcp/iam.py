@@ -1,6 +1,6 @@
-"""The three IAM service-account calls dlrun makes, over REST (no IAM client library is installed).
+"""The IAM service-account calls dlrun makes, over REST (no IAM client library is installed).
 
-v1 projects.serviceAccounts create/get/delete (cloud.google.com/iam/docs/reference/rest/v1/
+v1 projects.serviceAccounts create/get/list/delete (cloud.google.com/iam/docs/reference/rest/v1/
 projects.serviceAccounts); `endpoint` replaces https://iam.googleapis.com for an emulator.
 """
 from __future__ import annotations
@@ -28,8 +28,8 @@ class IamApi:
         self.project, self.sleep = project, sleep
         self.base = f"{(endpoint or DEFAULT_ENDPOINT).rstrip('/')}/v1/projects/{project}/serviceAccounts"
 
-    def _call(self, method: str, url: str, body: dict | None = None) -> dict:
-        r = self.session.request(method, url, json=body, timeout=60)
+    def _call(self, method: str, url: str, body: dict | None = None, params: dict | None = None) -> dict:
+        r = self.session.request(method, url, json=body, params=params, timeout=60)
         if r.status_code >= 400:
             try:
                 message = r.json().get("error", {}).get("message", r.text)
@@ -81,3 +81,15 @@ class IamApi:
             if e.status == 404:
                 return False
             raise
+
+    def list(self, limit: int, page_size: int = 100) -> list[dict]:
+        """The project's accounts, at most `limit` (pageSize is at most 100: projects.serviceAccounts/list)."""
+        accounts: list[dict] = []
+        params = {"pageSize": min(page_size, limit)}
+        while len(accounts) < limit:
+            page = self._call("GET", self.base, params=params)
+            accounts += page.get("accounts", [])
+            if not page.get("nextPageToken"):
+                break
+            params = {**params, "pageToken": page["nextPageToken"]}
+        return accounts[:limit]

@@ -15,8 +15,8 @@ def storage_client(credentials, project: str, endpoint: str | None):
     return gcs.Client(project=project, credentials=credentials, client_options=options)
 
 
-def prepare_storage(credentials, project: str, url: str, *, region: str, owner: str,
-                    storage_endpoint: str | None = None, iam_endpoint: str | None = None) -> str:
+def prepare_storage(credentials, project: str, url: str, *, region: str, owner: str, cluster_id: str,
+                    job_id: str = "", storage_endpoint: str | None = None, iam_endpoint: str | None = None) -> str:
     """The service account email for a run stored at `url` (gs:// only); makes dlrun's run bucket if it is the one."""
     from google.api_core.exceptions import Forbidden
 
@@ -30,7 +30,8 @@ def prepare_storage(credentials, project: str, url: str, *, region: str, owner: 
     try:
         if bucket == storage.run_bucket_name(owner, region):
             storage.ensure_run_bucket(client, bucket, region, owner)
-        return storage.ensure_node_account(IamApi(credentials, project, iam_endpoint), client, bucket, prefix, owner)
+        return storage.ensure_node_account(IamApi(credentials, project, iam_endpoint), client, bucket, prefix, owner,
+                                           cluster_id=cluster_id, job_id=job_id, region=region)
     except Forbidden:
         raise ProvisionError(f"the Cloud Storage bucket {bucket} is not this project's or this login may not "
                              "manage it: set checkpoint: gs://YOUR-BUCKET/PREFIX in the job file, or ask for "
@@ -38,3 +39,48 @@ def prepare_storage(credentials, project: str, url: str, *, region: str, owner: 
     except IamError as e:
         raise ProvisionError(f"cannot make the node service account in project {project} ({e}): dlrun needs "
                              "roles/iam.serviceAccountAdmin there", cloud="gcp", region=region) from None
+
+
+MAX_LISTED_ACCOUNTS = 1000  # the orphan search looks at no more (a project holds 100 by default)
+
+
+def remove_node_account(credentials, project: str, email: str, storage_endpoint: str | None = None,
+                        iam_endpoint: str | None = None) -> bool:
+    """The cluster's node account and its bindings on the run bucket, once its instances are gone."""
+    from infra.gcp.iam import IamApi
+
+    return storage.remove_node_account(IamApi(credentials, project, iam_endpoint), storage_client(
+        credentials, project, storage_endpoint), email)
+
+
+def leftover_node_accounts(credentials, project: str, *, iam_endpoint: str | None = None) -> dict[str, dict]:
+    """{email: description record} of the node accounts dlrun made in `project`."""
+    import logging
+
+    from infra.gcp.iam import IamApi, IamError
+
+    try:
+        return storage.list_node_accounts(IamApi(credentials, project, iam_endpoint), MAX_LISTED_ACCOUNTS)
+    except IamError as e:
+        if e.status != 403:
+            raise
+        # a login that may not list accounts made none either; the rest of `down --orphans` must still run
+        logging.getLogger(__name__).warning("node service accounts not searched: %s", e)
+        return {}
+
+
+def clear_run_prefix(credentials, project: str, owner: str, relative: str,
+                     storage_endpoint: str | None = None) -> dict[str, list[str]]:
+    """`--fresh`: every object under runs/<relative>/ in each of `owner`'s run buckets in `project`; {prefix
+    URL: the names removed, relative to it}. Nothing else in them is touched."""
+    client = storage_client(credentials, project, storage_endpoint)
+    head = storage.run_bucket_name(owner, "")
+    prefix = f"{storage.RUN_PREFIX}/{relative.strip('/')}/"
+    out: dict[str, list[str]] = {}
+    for name in sorted(b.name for b in client.list_buckets(prefix=head) if b.name.startswith(head)):
+        blobs = list(client.list_blobs(name, prefix=prefix))
+        for blob in blobs:
+            blob.delete()
+        if blobs:
+            out[f"gs://{name}/{prefix}"] = [b.name[len(prefix):] for b in blobs]
+    return out

@@ -24,12 +24,14 @@ from google.cloud import compute_v1
 from infra.base import (TAG_CLUSTER, BootstrapConfig, Cluster, ClusterRequest, CredentialsError, NodeState,
                         ProviderError, ProvisionError)
 from infra.gcp import errors as gcp_errors, network as net
-from infra.gcp.launch_storage import NODE_PACKAGES, prepare_storage
+from infra.gcp.launch_storage import (NODE_PACKAGES, clear_run_prefix, leftover_node_accounts, prepare_storage,
+                                      remove_node_account)
+from infra.gcp.storage import account_email, account_id
 from infra.gcp.zones import zones_for
 from infra.identity import owner_identity
 from infra.gcp.compute import (DEFAULT_ZONES, META_CLUSTER_ID, META_JOB_ID, META_PRICE, addresses_of,
                                instance_body, instance_names, metadata_of)
-from infra.gcp.records import cluster_from_instances, node_state
+from infra.gcp.records import cluster_from_instances, node_state, with_accounts
 from infra.vm.bootstrap import startup_script
 from infra.vm.keys import ensure_cluster_key, key_path, remove_cluster_key
 from infra.auth import remove_token
@@ -146,8 +148,10 @@ class GcpProvider(VmProvider):
         self._check_ssh_access()
         cfg, account = request.bootstrap or BootstrapConfig(ray_version=local_ray_version("gcp")), ""
         if request.storage:
+            created.identity = account_email(account_id(request.cluster_id), self.project)  # a failure after it removes it
             account = prepare_storage(self._credentials, self.project, request.storage, region=request.offer.region,
-                                      owner=request.owner or owner_identity(), storage_endpoint=self.storage_endpoint,
+                                      owner=request.owner or owner_identity(), cluster_id=request.cluster_id,
+                                      job_id=request.job_id, storage_endpoint=self.storage_endpoint,
                                       iam_endpoint=self.iam_endpoint)
             cfg = replace(cfg, python_packages=[*cfg.python_packages, *NODE_PACKAGES])
         self._ensure_network(request.offer.region)
@@ -233,7 +237,9 @@ class GcpProvider(VmProvider):
         self._delete_firewalls(created.firewalls)
         if created.key:
             remove_cluster_key(created.key)
-        created.instances, created.firewalls, created.key = [], [], ""
+        if created.identity:
+            remove_node_account(self._credentials, self.project, created.identity, self.storage_endpoint, self.iam_endpoint)
+        created.instances, created.firewalls, created.key, created.identity = [], [], "", ""
 
     def _wait(self, op_name: str, zone: str | None, *, what: str = "", region: str = "") -> None:
         """Wait for a zone (or region, or global) operation; raise its error mapped to a provider error.
@@ -301,10 +307,15 @@ class GcpProvider(VmProvider):
         zones = {n.zone for n in cluster.nodes if n.zone} | ({cluster.zone} if cluster.zone else set())
         try:
             keys = {(n.zone or cluster.zone, n.node_id) for n in cluster.nodes}
+            accounts = {cluster.extra.get("node_account", "")}
             for zone, items in self._find_instances(cluster.cluster_id, sorted(zones)).items():
                 keys |= {(zone, i.name) for i in items}
+                accounts |= {a.email for i in items for a in i.service_accounts}
             self._delete_instances(sorted(keys), strict=True)
             self._delete_firewalls(list(net.firewall_names(cluster.cluster_id)), strict=True)
+            mine = account_email(account_id(cluster.cluster_id), self.project)
+            if mine in accounts:  # only the account made for this cluster (never one the user named)
+                remove_node_account(self._credentials, self.project, mine, self.storage_endpoint, self.iam_endpoint)
         except Exception as e:
             raise gcp_errors.from_exception(e, region=cluster.region) from None
         remove_cluster_key(cluster.cluster_id)
@@ -339,6 +350,17 @@ class GcpProvider(VmProvider):
                 if strict:
                     raise
 
+    def clear_run_prefix(self, owner: str, relative: str) -> dict[str, list[str]]:
+        """`--fresh` in dlrun's own buckets (launch_storage.clear_run_prefix); {} without a GCP login."""
+        try:
+            project = self.project
+        except CredentialsError:
+            return {}  # no attempt of the run could reach them then
+        try:
+            return clear_run_prefix(self._credentials, project, owner, relative, self.storage_endpoint)
+        except Exception as e:
+            raise gcp_errors.from_exception(e) from None
+
     # ---------------------------------------------------------------- orphans
     def list_owned(self) -> list[Cluster]:
         try:
@@ -370,4 +392,5 @@ class GcpProvider(VmProvider):
                 project=self.project, spot=bool(first and first.scheduling.provisioning_model == "SPOT"),
                 price=float(meta.get(META_PRICE) or 0.0),
                 instance_type=first.machine_type.rsplit("/", 1)[-1] if first else ""))
-        return clusters
+        accounts = leftover_node_accounts(self._credentials, self.project, iam_endpoint=self.iam_endpoint)
+        return with_accounts(clusters, accounts, project=self.project)

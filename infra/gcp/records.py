@@ -34,7 +34,23 @@ def cluster_from_instances(cluster_id: str, job_id: str, region: str, zone: str,
         ssh_user=net.SSH_USER, ssh_key_path=str(key_path(cluster_id)),
         extra={"project": project, "network_tag": net.cluster_tag(cluster_id),
                "owner": (instances[0].labels or {}).get(TAG_OWNER, "") if instances else "",
-               "firewalls": list(net.firewall_names(cluster_id))})
+               "firewalls": list(net.firewall_names(cluster_id)),
+               "node_account": next((a.email for i in instances for a in i.service_accounts), "")})
+
+
+def with_accounts(clusters: list[Cluster], accounts: dict[str, dict], *, project: str) -> list[Cluster]:
+    """Each node account (email: its description record) goes with its cluster, or is a leftover of its
+    own: a launch that died after making the account and before its firewall rules and instances."""
+    by_id = {c.cluster_id: c for c in clusters}
+    for email, record in sorted(accounts.items()):
+        cid = record["cluster"]
+        if cid not in by_id:
+            by_id[cid] = cluster_from_instances(cid, record.get("job", ""), record.get("region", ""), "", [],
+                                                project=project, spot=False, price=0.0, instance_type="")
+            by_id[cid].extra["owner"] = record.get("owner", "")
+            clusters.append(by_id[cid])
+        by_id[cid].extra["node_account"] = email
+    return clusters
 
 
 def _timestamp(rfc3339: str) -> float | None:

@@ -15,6 +15,7 @@ without any SDK).
 from __future__ import annotations
 
 import hashlib
+import json
 
 from infra.buckets import run_bucket_name, split_url  # noqa: F401  (callers use storage.*)
 
@@ -26,16 +27,38 @@ OBJECTS_TITLE, LIST_TITLE = "dlrun-run-objects", "dlrun-run-list"
 POLICY_VERSION = 3  # conditional bindings need policy version 3 (JSON API buckets/getIamPolicy)
 # what the node's token may be used for; the bucket bindings above decide what it can reach
 NODE_SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
+ACCOUNT_PREFIX = "dlrun-"
+DESCRIPTION_MAX = 256  # IAM serviceAccounts.description
 
 
 def run_bucket_url(owner: str, region: str) -> str:
     return f"gs://{run_bucket_name(owner, region)}/{RUN_PREFIX}"
 
 
-def account_id(bucket: str, prefix: str) -> str:
-    """One service account per run prefix (reused by every attempt and resubmission of that run).
-    IAM account ids are 6-30 of [a-z0-9-], starting with a letter."""
-    return "dlrun-" + hashlib.sha256(f"{bucket}/{prefix}".encode()).hexdigest()[:24]
+def account_id(cluster_id: str) -> str:
+    """One service account per cluster: made by its launch, removed with it (terminate, `down --orphans`),
+    so a project holds only as many as clusters are up. IAM account ids are 6-30 of [a-z0-9-], starting
+    with a letter."""
+    return ACCOUNT_PREFIX + hashlib.sha256(cluster_id.encode()).hexdigest()[:24]
+
+
+def account_description(*, cluster_id: str, job_id: str, region: str, bucket: str, owner: str) -> str:
+    """What a leftover account is found and removed by (accounts have no labels): JSON, within IAM's 256
+    characters (the owner is cut first)."""
+    record = {"dlrun": "node", "cluster": cluster_id, "job": job_id, "region": region, "bucket": bucket}
+    room = DESCRIPTION_MAX - len(json.dumps({**record, "owner": ""}, separators=(",", ":")))
+    return json.dumps({**record, "owner": owner[:max(room, 0)]}, separators=(",", ":"))
+
+
+def parse_description(text: str) -> dict | None:
+    """account_description's record, or None for an account dlrun did not describe."""
+    try:
+        record = json.loads(text or "")
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("dlrun") != "node" or not record.get("cluster"):
+        return None
+    return record
 
 
 def account_email(account: str, project: str) -> str:
@@ -82,13 +105,16 @@ def ensure_run_bucket(client, bucket: str, region: str, owner: str) -> bool:
     return True
 
 
-def ensure_node_account(iam, client, bucket: str, prefix: str, owner: str) -> str:
-    """The service account (email) whose only grants are node_bindings on `bucket`; made or reused.
+def ensure_node_account(iam, client, bucket: str, prefix: str, owner: str, *, cluster_id: str,
+                        job_id: str = "", region: str = "") -> str:
+    """The cluster's service account (email) whose only grants are node_bindings on `bucket`; made or
+    reused (a relaunch of the same cluster).
 
     `iam` is infra/gcp/iam.py's IamApi, `client` a google.cloud.storage.Client."""
-    account = account_id(bucket, prefix)
-    email = iam.ensure_service_account(account, display_name=f"dlrun node {bucket}/{prefix}"[:100],
-                                       description=f"dlrun: checkpoints of one run (owner {owner})"[:256])
+    account = account_id(cluster_id)
+    email = iam.ensure_service_account(account, display_name=f"dlrun node {cluster_id}"[:100],
+                                       description=account_description(cluster_id=cluster_id, job_id=job_id,
+                                                                       region=region, bucket=bucket, owner=owner))
     b = client.bucket(bucket)
     policy = b.get_iam_policy(requested_policy_version=POLICY_VERSION)
     wanted = node_bindings(bucket, prefix, email)
@@ -101,6 +127,37 @@ def ensure_node_account(iam, client, bucket: str, prefix: str, owner: str) -> st
         policy.bindings = kept + wanted
         _set_policy(b, policy, email, iam.sleep)
     return email
+
+
+def remove_node_account(iam, client, email: str) -> bool:
+    """The account's bindings on its bucket first (a deleted account's bindings would stay in the policy
+    as deleted:serviceAccount:...), then the account; True when it was there."""
+    account = iam.get(email)
+    if account is None:
+        return False
+    record = parse_description(account.get("description", "")) or {}
+    if record.get("bucket") and client.lookup_bucket(record["bucket"]) is not None:
+        b = client.bucket(record["bucket"])
+        policy = b.get_iam_policy(requested_policy_version=POLICY_VERSION)
+        member = f"serviceAccount:{email}"
+        kept = [x for x in policy.bindings if member not in x.get("members", ())]
+        if len(kept) != len(policy.bindings):
+            policy.version = POLICY_VERSION
+            policy.bindings = kept
+            b.set_iam_policy(policy)
+    return iam.delete(email)
+
+
+def list_node_accounts(iam, limit: int) -> dict[str, dict]:
+    """{email: its description record} of the project's accounts that dlrun made for a cluster (the
+    id it gives that cluster's account, and its description); at most `limit` accounts are looked at."""
+    found = {}
+    for account in iam.list(limit=limit):
+        record = parse_description(account.get("description", ""))
+        email = account.get("email", "")
+        if record and email.split("@", 1)[0] == account_id(record["cluster"]):
+            found[email] = record
+    return found
 
 
 POLICY_TRIES, POLICY_RETRY_S = 30, 2.0

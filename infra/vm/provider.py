@@ -26,6 +26,7 @@ class Created:
     instances: list = field(default_factory=list)  # the cloud's instance handles, with their zone
     firewalls: list[str] = field(default_factory=list)  # AWS security group ids / GCE firewall names
     key: str = ""  # the cloud-side name of a key this launch registered
+    identity: str = ""  # the node role / service account this launch made for its cluster
 
 
 class VmProvider:

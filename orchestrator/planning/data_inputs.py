@@ -94,6 +94,12 @@ def manifest_digest(m: dict) -> str:
     return hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()
 
 
+def data_identity(sources: list[str]) -> list[str]:
+    """What makes two runs' data the same: a bucket source's prefix, a local directory's content digest
+    (the manifest an upload writes: paths, sizes, sha256; not where the directory is, nor its mtimes)."""
+    return [src.rstrip("/") if scheme(src) else f"sha256:{manifest_digest(manifest(src))}" for src in sources]
+
+
 def local_bytes(sources: list[str]) -> int:
     """Bytes of the local directories (what a cloud node downloads; bucket sources are not counted:
     sizing them would need the cloud's API at plan time)."""

@@ -19,13 +19,17 @@ EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".pytest_cache", ".
 
 
 def run_key(spec: JobSpec) -> str:
-    """Identity of 'the same training run': resubmitting the same job file (and workdir content)
-    resumes its checkpoints."""
+    """Identity of 'the same training run': resubmitting the same job file (and workdir and data
+    content) resumes its checkpoints."""
     keep = spec.model_dump(mode="json", include={"name", "job", "run", "args", "workload", "env"})
     if spec.workdir:  # changed code is a new run (a key without a workdir stays as it was)
         from orchestrator.planning.workdir import workdir_digest
 
         keep["workdir_content"] = workdir_digest(spec.workdir)
+    if spec.data:  # so is other data (a key without data stays as it was)
+        from orchestrator.planning.data_inputs import data_identity
+
+        keep["data"] = data_identity(spec.data)
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -60,7 +60,7 @@ def submit(spec: JobSpec, *, backend: str | None = None, detach: bool = False, s
     spec = restrict(spec, backend)
     plan = plan or make_plan(spec, store=store)
     _require_choice(plan, spec)
-    removed = start_fresh(spec) if fresh and schedule_id is None else None
+    removed = start_fresh(spec, plan) if fresh and schedule_id is None else None
     job_id = record_job(spec, plan, store=store, schedule_id=schedule_id)
     if removed is not None:
         store.add_event(job_id, "fresh", {"removed_epochs": removed})

@@ -27,15 +27,18 @@ def recorded_run_key(store, job_id: str, spec, schedule_id: str | None) -> str:
     return job_id if schedule_id is not None else run_key(spec)  # a job recorded before run events
 
 
-def start_fresh(spec) -> list[int]:
-    """Remove every checkpoint of the spec's run (the epochs removed, oldest first); an unusable
-    location is the user's to fix (exit 2), before anything is recorded or started."""
+def start_fresh(spec, plan=None) -> list[int]:
+    """Remove every checkpoint of the spec's run, in its location and in dlrun's buckets the plan's cloud
+    candidates would use (the epochs removed, oldest first); an unusable location is the user's to fix
+    (exit 2), before anything is recorded or started."""
     from jobs.checkpoint import CheckpointError, open_checkpoints
     from orchestrator.errors import SpecError
+    from orchestrator.runs.fresh_buckets import clear_run_buckets
 
-    location = checkpoint_location(spec, run_key(spec))
+    key = run_key(spec)
     try:
-        store = open_checkpoints(location)
-        return store.clear() if store else []
+        store = open_checkpoints(checkpoint_location(spec, key))
+        removed = store.clear() if store else []
     except CheckpointError as e:
         raise SpecError(f"--fresh: {e}") from None
+    return sorted(set(removed) | set(clear_run_buckets(spec, key, plan)))

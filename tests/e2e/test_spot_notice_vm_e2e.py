@@ -63,3 +63,8 @@ def test_spot_vm_preempted_with_notice_resumes_mid_epoch_from_s3(env, tmp_path, 
     assert stopped["checkpoint"].startswith(f"s3://{run_bucket_name('vm-tester', REGION)}/runs/notice-cnn/")
     assert len(instances(moto_server, job)) == 2
     assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
+    # each attempt's node role went with its cluster: the finished run leaves no role or instance profile
+    iam = boto3.client("iam", region_name=REGION, endpoint_url=moto_server, aws_access_key_id="testing",
+                       aws_secret_access_key="testing")
+    assert iam.list_roles(PathPrefix="/dlrun/")["Roles"] == []
+    assert iam.list_instance_profiles(PathPrefix="/dlrun/")["InstanceProfiles"] == []

@@ -102,7 +102,7 @@ def throttle_operation(target, operation: str, *, times: int, code: str = "Reque
     return log
 
 
-def crash_after(target, operation: str = "RunInstances", *, after_calls: int = 1) -> FaultLog:
+def crash_after(target, operation: str = "RunInstances", *, after_calls: int = 1, service: str = "ec2") -> FaultLog:
     """Raise SimulatedCrash once `operation` has succeeded `after_calls` times (its effect stays)."""
     log = FaultLog()
 
@@ -111,5 +111,5 @@ def crash_after(target, operation: str = "RunInstances", *, after_calls: int = 1
         if len(log.calls) >= after_calls and http_response.status_code < 300:
             raise SimulatedCrash(f"killed right after {operation}")
 
-    _events(target).register(f"after-call.ec2.{operation}", handler)
+    _events(target).register(f"after-call.{service}.{operation}", handler)
     return log

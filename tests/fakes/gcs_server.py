@@ -1,9 +1,9 @@
 """A small stateful fake of the Cloud Storage JSON API and the IAM service-account API, for the real
 google-cloud-storage client and google.auth's AuthorizedSession.
 
-Cloud Storage (https://cloud.google.com/storage/docs/json_api/v1): buckets insert/get/patch,
+Cloud Storage (https://cloud.google.com/storage/docs/json_api/v1): buckets insert/get/list/patch,
 getIamPolicy/setIamPolicy (policy version 3 rules for conditions), objects multipart insert, get,
-list (prefix), delete, and media download. IAM v1: projects.serviceAccounts create/get/delete.
+list (prefix), delete, and media download. IAM v1: projects.serviceAccounts create/get/list/delete.
 
 Who calls: a request without Authorization is the project's owner (dlrun itself). A bearer token
 "sa:EMAIL" is that service account (what a node's metadata server would hand out): its object and
@@ -89,9 +89,14 @@ class FakeGcs:
     def _route(self, method, path, query, headers, raw):
         caller = _caller(headers.get("authorization", ""))
         if m := re.fullmatch(r"/v1/projects/([^/]+)/serviceAccounts(?:/([^/]+))?", path):
-            return self._iam(method, m.group(1), unquote(m.group(2) or ""), _json(raw))
+            return self._iam(method, m.group(1), unquote(m.group(2) or ""), _json(raw), query)
         if path == "/storage/v1/b" and method == "POST":
             return 200, self._insert_bucket(query, _json(raw)), {}
+        if path == "/storage/v1/b" and method == "GET":  # buckets.list: the project's, by name prefix
+            if query.get("project") != self.project:
+                raise ApiError(403, f"no storage.buckets.list access to project {query.get('project')}")
+            items = [b for n, b in sorted(self.buckets.items()) if n.startswith(query.get("prefix", ""))]
+            return 200, {"kind": "storage#buckets", "items": items}, {}
         if m := re.fullmatch(r"/upload/storage/v1/b/([^/]+)/o", path):
             return 200, self._upload(m.group(1), query, headers, raw, caller), {}
         if m := re.fullmatch(r"/download/storage/v1/b/([^/]+)/o/(.+)", path):
@@ -117,9 +122,16 @@ class FakeGcs:
         raise ApiError(404, f"no such endpoint {method} {path}")
 
     # ------------------------------------------------------------------ IAM service accounts
-    def _iam(self, method, project, email, body):
+    def _iam(self, method, project, email, body, query):
         if project != self.project:
             raise ApiError(403, f"Permission denied on project {project}")
+        if method == "GET" and not email:  # list: pageSize (default 20, at most 100) and pageToken
+            size, start = min(int(query.get("pageSize") or 20), 100), int(query.get("pageToken") or 0)
+            emails = sorted(e for e in self.accounts if not self._unseen.get(e, [0])[0])
+            page = {"accounts": [self.accounts[e] for e in emails[start:start + size]]}
+            if start + size < len(emails):
+                page["nextPageToken"] = str(start + size)
+            return 200, page, {}
         if method == "POST" and not email:
             account = (body or {}).get("accountId", "")
             if not ACCOUNT_RE.match(account):

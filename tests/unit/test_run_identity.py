@@ -133,3 +133,13 @@ def test_a_link_cycle_in_the_workdir_is_walked_once(tmp_path):
     (tmp_path / "work" / "sub").mkdir()
     (tmp_path / "work" / "sub" / "up").symlink_to(tmp_path / "work")
     assert load_job(job).workdir and workdir_digest(str(tmp_path / "work"))
+
+
+def test_fresh_removes_mid_epoch_checkpoints_too(tmp_path):
+    # a preempted run leaves epoch-E-step-S checkpoints: after --fresh nothing may resume from one
+    spec = load_job(make_job(tmp_path, checkpoint=str(tmp_path / "ckpt")))
+    mine = open_checkpoints(checkpoint_location(spec, run_key(spec)))
+    mine.save({"epoch": 1}, 1)
+    mine.save({"epoch": 1, "step": 7}, 1, 7)
+    assert start_fresh(spec) == [1]
+    assert mine.points() == [] and mine.load_latest() is None
