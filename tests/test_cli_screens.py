@@ -7,13 +7,14 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from orchestrator.cli.main import main
 from orchestrator.paths import job_log_path
 from orchestrator.state.db import default_store
+from tests.fakes.http import LocalHttpServer
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d$")
 
@@ -209,13 +210,11 @@ def foreign_head(monkeypatch):
         def log_message(self, *a):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}"
-    monkeypatch.setenv("DLRUN_DASHBOARD_PORT", str(server.server_port))
+    server = LocalHttpServer(Handler).start()
+    monkeypatch.setenv("DLRUN_DASHBOARD_PORT", str(server.port))
     monkeypatch.delenv("DLRUN_RAY_ADDRESS", raising=False)
-    yield url
-    server.shutdown()
+    yield server.endpoint
+    server.stop()
 
 
 def test_down_and_dashboard_tell_the_truth_about_a_head_dlrun_attached_to(capsys, foreign_head):

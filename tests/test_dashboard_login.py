@@ -9,15 +9,15 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from infra.auth import LOCAL, ensure_token
+from tests.fakes.http import LocalHttpServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,13 +45,12 @@ def head(tmp_path, monkeypatch):
         def log_message(self, *a):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}"
+    server = LocalHttpServer(Handler).start()
+    url = server.endpoint
     (home / "local_head.json").write_text(json.dumps(dict(
         dashboard_url=url, gcs_address="127.0.0.1:1", pgid=os.getpgid(0), started_by_dlrun=True)))
     yield url, token, seen
-    server.shutdown()
+    server.stop()
 
 
 def dashboard_cli(*args) -> subprocess.Popen:

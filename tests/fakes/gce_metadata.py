@@ -9,27 +9,22 @@ google.auth.default(), a VM running as `email`.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.fakes.http import LocalHttpServer
 
 
-class FakeGceMetadata:
+class FakeGceMetadata(LocalHttpServer):
     def __init__(self, email: str, project: str, scopes: list[str]):
         self.email, self.project, self.scopes = email, project, scopes
         self.requests: list[str] = []
 
-    def __enter__(self) -> "FakeGceMetadata":
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def make_handler(self):
+        return _handler_for(self)
 
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self._server.server_address[1]}"
+        return f"127.0.0.1:{self.port}"
 
     def answer(self, path: str) -> tuple[int, str, str]:
         base = "/computeMetadata/v1/"

@@ -19,12 +19,13 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Callable
 from urllib.parse import parse_qs, urlparse
 
 from tests.fakes.gce_errors import NAME_RE, ApiError, bad_request
 from tests.fakes.gce_network import NetworkApi
+from tests.fakes.http import LocalHttpServer
 
 PREFIX = "/compute/v1/projects/"
 LABEL_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
@@ -40,7 +41,7 @@ class Quota:
 
 
 @dataclass
-class FakeGce(NetworkApi):
+class FakeGce(NetworkApi, LocalHttpServer):
     project: str = "dlrun-test"
     instances: dict = field(default_factory=dict)  # (zone, name) -> instance JSON
     firewalls: dict = field(default_factory=dict)  # name -> firewall JSON
@@ -61,31 +62,14 @@ class FakeGce(NetworkApi):
         self._lock = threading.RLock()
         self._ids = itertools.count(1000)
         self._addresses = itertools.count(2)
-        self._server: ThreadingHTTPServer | None = None
         self._pending_errors: dict = {}  # operation key -> (http status, error code, message)
         self._subnet_next: dict = {}  # subnetwork link -> the next host number it hands out
 
     # ------------------------------------------------------------ lifecycle
-    def start(self) -> "FakeGce":
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
-        return self
+    poll_interval_s = 0.05  # LocalHttpServer (start/stop/endpoint): a quick stop
 
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-
-    def __enter__(self) -> "FakeGce":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+    def make_handler(self):
+        return _handler_for(self)
 
     # ------------------------------------------------------------ fault injection
     def stockout(self, *zones: str, after: int = 0) -> None:

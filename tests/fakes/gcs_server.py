@@ -22,8 +22,10 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlparse
+
+from tests.fakes.http import LocalHttpServer
 
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 ACCOUNT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
@@ -40,7 +42,7 @@ class ApiError(Exception):
 
 
 @dataclass
-class FakeGcs:
+class FakeGcs(LocalHttpServer):
     project: str = "dlrun-test"
     buckets: dict = field(default_factory=dict)   # name -> bucket JSON
     policies: dict = field(default_factory=dict)  # bucket -> IAM policy JSON
@@ -57,24 +59,8 @@ class FakeGcs:
         self._generation = 0
         self._unseen: dict[str, list[int]] = {}  # email -> [IAM GETs, setIamPolicy calls] still to refuse
 
-    def start(self) -> "FakeGcs":
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> "FakeGcs":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+    def make_handler(self):  # served by LocalHttpServer (start/stop/endpoint)
+        return _handler_for(self)
 
     def handle(self, method: str, path: str, query: dict, headers: dict, raw: bytes) -> tuple[int, object, dict]:
         with self._lock:

@@ -7,8 +7,9 @@ forwarder must reach moto's server on this machine's loopback, which no VM can r
 keeps the network namespace it was made in, so each listener is made by a short-lived thread that
 entered the VM's namespace (setns), then served from ordinary threads here.
 
-- IMDSv2: PUT /latest/api/token; with the token: meta-data/iam/security-credentials/[ROLE] (the
-  instance profile's role, assumed through STS) and meta-data/spot/instance-action (404 until notice()).
+- IMDSv2 (tests/fakes/metadata_server.py's handler): PUT /latest/api/token; with the token:
+  meta-data/iam/security-credentials/[ROLE] (the instance profile's role, assumed through STS) and
+  meta-data/spot/instance-action (404 until notice()).
 - S3: 127.0.0.1:PORT in the VM forwards to 127.0.0.1:PORT here (moto's server), so the endpoint URL
   dlrun hands the node is the one it uses itself.
 """
@@ -16,13 +17,12 @@ from __future__ import annotations
 
 import ctypes
 import http.server
-import json
-import secrets
 import socket
 import threading
 import time
 from typing import Callable
 
+from ..metadata_server import MetadataState, metadata_handler
 from .net import ip
 
 METADATA_IP = "169.254.169.254"
@@ -51,27 +51,21 @@ def in_netns(netns: str, make: Callable[[], object]):
     return box["value"]
 
 
-class VmMetadata:
+class VmMetadata(MetadataState):
     def __init__(self, netns: str, *, role: Callable[[], tuple[str, dict] | None] = lambda: None,
                  s3_port: int | None = None):
-        self.netns, self.role, self.s3_port = netns, role, s3_port
-        self.instance_action: dict | None = None
-        self.tokens: set[str] = set()
-        self.requests: list[str] = []
+        super().__init__(role)
+        self.netns, self.s3_port = netns, s3_port
         self._servers: list = []
         self._stop = threading.Event()
-
-    def notice(self) -> None:
-        """EC2 posts the interruption notice (two minutes before it takes the spot instance)."""
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
-        self.instance_action = {"action": "terminate", "time": when}
 
     def start(self) -> "VmMetadata":
         # minted now: the instance profile is there from launch, and IMDS answers within botocore's 1 s
         credentials = self.role()
         self.role = lambda: credentials
         ip("-n", self.netns, "addr", "add", f"{METADATA_IP}/32", "dev", "lo")
-        httpd = in_netns(self.netns, lambda: http.server.ThreadingHTTPServer((METADATA_IP, 80), self._handler()))
+        handler = metadata_handler(self)
+        httpd = in_netns(self.netns, lambda: http.server.ThreadingHTTPServer((METADATA_IP, 80), handler))
         self._servers.append(httpd)
         threading.Thread(target=httpd.serve_forever, daemon=True, name=f"imds-{self.netns}").start()
         if self.s3_port:
@@ -105,48 +99,6 @@ class VmMetadata:
             upstream.settimeout(None)
             for a, b in ((conn, upstream), (upstream, conn)):
                 threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
-
-    # ------------------------------------------------------------ IMDSv2
-    def _handler(self):
-        meta = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, code: int, body: str = "") -> None:
-                data = body.encode()
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_PUT(self):
-                meta.requests.append(f"PUT {self.path}")
-                if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
-                    token = secrets.token_urlsafe(24)
-                    meta.tokens.add(token)
-                    return self._send(200, token)
-                self._send(400)
-
-            def do_GET(self):
-                meta.requests.append(f"GET {self.path}")
-                if self.headers.get("X-aws-ec2-metadata-token") not in meta.tokens:
-                    return self._send(401)
-                path = self.path.rstrip("/")
-                if path == "/latest/meta-data/spot/instance-action":
-                    return self._send(200, json.dumps(meta.instance_action)) if meta.instance_action \
-                        else self._send(404)
-                prefix = "/latest/meta-data/iam/security-credentials"
-                if path == prefix or path.startswith(prefix + "/"):
-                    role = meta.role()
-                    if role is None:
-                        return self._send(404)
-                    name, creds = role
-                    return self._send(200, name if path == prefix else json.dumps(creds))
-                self._send(404)
-
-        return Handler
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
