@@ -22,7 +22,7 @@ from orchestrator.runs.run_identity import record_run, recorded_run_key, start_f
 from orchestrator.errors import (CloudCredentialsError, JobFailedError, NothingFitsError,
                                  ProvisioningFailedError)
 from orchestrator.paths import node_poll_s as node_poll_default
-from orchestrator.planning.planner import restrict
+from orchestrator.planning.planner import restrict, spot_block_key
 from orchestrator.planning.spec import JobSpec
 from orchestrator.state.db import LIVE, Store, default_store
 from orchestrator.runs.failures import Failures, preflight
@@ -128,7 +128,6 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
     if get_provider is None:
         from infra import get_provider
     from infra.base import ProviderError
-    from orchestrator.planning.planner import spot_block_key
 
     store = store or default_store()
     row = store.get_job(job_id)
@@ -197,9 +196,9 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
                     preemptions += 1
                     store.update_job(job_id, preemptions=preemptions)
                     display.message(f"preempted ({outcome.detail}); recovering from the last checkpoint")
-                    if cand is not None:  # block that spot pool, or the region of an on-demand loss
-                        blocked.add(spot_block_key(cand.offer) if cand.spot
-                                    else f"{cand.offer.cloud}/{cand.offer.region}")
+                    lost = _lost_pool(cand) if cand is not None else _reattached_pool(store, job_id)
+                    if lost:  # block that spot pool, or the region of an on-demand loss
+                        blocked.add(lost)
                 store.set_status(job_id, "RECOVERING", outcome.detail)
             elif outcome.kind == "FAILED" and restarts < spec.max_restarts_on_errors:
                 restarts += 1  # a user-code failure is not a preemption: retried only this often
@@ -217,6 +216,20 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
             status = "BUDGET_EXCEEDED" if isinstance(e, BudgetExhaustedError) else "FAILED"
             store.set_status(job_id, status, str(e)[:500], message=str(e)[:500])
         raise
+
+
+def _lost_pool(cand) -> str:
+    return spot_block_key(cand.offer) if cand.spot else f"{cand.offer.cloud}/{cand.offer.region}"
+
+
+def _reattached_pool(store: Store, job_id: str) -> str | None:
+    """The pool of the attempt a restarted supervisor picked up (it has no candidate of its own)."""
+    row = store.get_job(job_id)
+    crow = store.get_cluster(row["cluster_id"]) if row["cluster_id"] else None
+    if crow is None or not row["offer_key"]:
+        return None
+    cloud, region = row["offer_key"].split("/")[:2]
+    return f"spot:{row['offer_key']}" if crow["spot"] else f"{cloud}/{region}"
 
 
 def _used_checkpoints(store: Store, job_id: str) -> dict:

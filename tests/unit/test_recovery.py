@@ -149,6 +149,23 @@ def test_resume_finds_the_nodes_lost_and_relaunches(store, clock):
     assert_nothing_left(store, job_id, aws)
 
 
+def test_a_spot_pool_lost_while_the_supervisor_was_away_is_not_launched_again(store, clock):
+    """The re-attached attempt has no candidate of this supervisor's own: its pool is still blocked."""
+    _, plan, job_id = new_job(store, SPOT_JOB)
+    first = plan.chosen
+    assert first.spot
+    aws = FakeBackend("aws")
+    left_by_a_dead_supervisor(store, clock, aws, plan, job_id, behaviour=Up(preempt_after=1))
+    jobs = JobsFactory(clock, RESUMED_RUN)
+
+    res = resume(job_id, store, aws, jobs, clock)
+
+    assert res.status == "SUCCEEDED" and store.get_job(job_id)["preemptions"] == 1
+    (relaunch,) = aws.requests
+    assert (relaunch.offer.key, relaunch.spot) != (first.offer.key, True)
+    assert_nothing_left(store, job_id, aws)
+
+
 def test_resume_with_an_unreachable_head_relaunches(store, clock):
     """The nodes run but their head cannot be reached again: the cluster goes, the job relaunches
     (not counted as a preemption)."""
