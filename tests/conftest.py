@@ -21,6 +21,26 @@ def dlrun_home(tmp_path, monkeypatch):
 METRICS_INTERVAL_ENV = "RAY_metrics_report_interval_ms"
 
 
+@pytest.fixture(scope="session")
+def machine_profiles(tmp_path_factory):
+    """One profiles directory for the session's end-to-end runs: what dlrun measures once per machine
+    (the CPU probe, a local job's start) and once per workload (a training step) is measured by the first
+    run that needs it and reused by the rest, as on a user's machine after the first submit. Tests of
+    profiling itself (tests/test_profile.py, test_isolated_profile.py, test_user_job_e2e.py) keep their own."""
+    return tmp_path_factory.mktemp("machine-profiles")
+
+
+def share_profiles(home, machine_profiles) -> None:
+    """$DLRUN_HOME/profiles of `home` is the session's shared directory."""
+    (home / "profiles").symlink_to(machine_profiles, target_is_directory=True)
+
+
+@pytest.fixture
+def shared_profiles(dlrun_home, machine_profiles):
+    share_profiles(dlrun_home, machine_profiles)
+    return dlrun_home
+
+
 def start_head(tmp_path_factory):
     """A real Ray head started the way dlrun starts it (own process group). A token left in ~/.ray by
     any earlier local ray.init() must not lock dlrun out of its own head: the head starts with one."""
@@ -95,9 +115,10 @@ def prometheus(ray_head, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def monitored_job(ray_head, prometheus, tmp_path_factory):
+def monitored_job(ray_head, prometheus, tmp_path_factory, machine_profiles):
     """One short digits-cnn job `dlrun submit`ted to the session head while its metrics endpoint is
     scraped: read by the monitoring tests and the dashboard browser test alike (one job, not one each)."""
     from tests.test_monitoring_e2e import submit_digits_cnn
 
-    return submit_digits_cnn(ray_head, tmp_path_factory.mktemp("monitoring"), flush_s=3, watch_metrics=True)
+    return submit_digits_cnn(ray_head, tmp_path_factory.mktemp("monitoring"), flush_s=3, watch_metrics=True,
+                             profiles=machine_profiles)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from infra.local import head as raycluster
+from tests.conftest import share_profiles
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
@@ -36,7 +37,7 @@ def dlrun(*args, env, timeout=300) -> subprocess.CompletedProcess:
 
 
 def submit_digits_cnn(head: raycluster.LocalHead, workdir: Path, *, flush_s: int | None = None,
-                      watch_metrics: bool = False) -> dict:
+                      watch_metrics: bool = False, profiles: Path | None = None) -> dict:
     """`dlrun submit` a short digits-cnn job on `head`; the job's `dlrun status --json` record, plus its
     DLRUN_RESULT payload (`result`) and the env the CLI ran with (`env`).
 
@@ -53,6 +54,8 @@ def submit_digits_cnn(head: raycluster.LocalHead, workdir: Path, *, flush_s: int
     job_file.write_text(text + f"checkpoint: {workdir / 'ckpt'}\n")
     home = workdir / "dlrun-home"
     home.mkdir(exist_ok=True)
+    if profiles:  # the session's machine profiles (tests/conftest.py)
+        share_profiles(home, profiles)
     env = dict(os.environ, DLRUN_RAY_ADDRESS=head.dashboard_url, DLRUN_HOME=str(home),
                RAY_USAGE_STATS_ENABLED="0")
     out_path, err_path = workdir / "submit.out", workdir / "submit.err"

@@ -29,7 +29,7 @@ def finished_runs(db: Path) -> list[tuple]:
                          "('fired', 'missed', 'skipped-overlap', 'skipped-budget') ORDER BY r.id").fetchall()
 
 
-def test_scheduler_runs_digits_job_twice_on_local_ray(ray_head, dlrun_home, tmp_path):
+def test_scheduler_runs_digits_job_twice_on_local_ray(ray_head, dlrun_home, shared_profiles, tmp_path):
     job = tmp_path / "digits.yaml"
     text = (ROOT / "configs/examples/digits_cnn.yaml").read_text()
     job.write_text(text.replace("clouds: [local, aws, gcp]", "clouds: [local]").replace("epochs: 20", "epochs: 3"))
