@@ -18,6 +18,29 @@ def dlrun_home(tmp_path, monkeypatch):
     return home
 
 
+METRICS_INTERVAL_ENV = "RAY_metrics_report_interval_ms"
+
+
+@pytest.fixture(scope="session")
+def machine_profiles(tmp_path_factory):
+    """One profiles directory for the session's end-to-end runs: what dlrun measures once per machine
+    (the CPU probe, a local job's start) and once per workload (a training step) is measured by the first
+    run that needs it and reused by the rest, as on a user's machine after the first submit. Tests of
+    profiling itself (tests/test_profile.py, test_isolated_profile.py, test_user_job_e2e.py) keep their own."""
+    return tmp_path_factory.mktemp("machine-profiles")
+
+
+def share_profiles(home, machine_profiles) -> None:
+    """$DLRUN_HOME/profiles of `home` is the session's shared directory."""
+    (home / "profiles").symlink_to(machine_profiles, target_is_directory=True)
+
+
+@pytest.fixture
+def shared_profiles(dlrun_home, machine_profiles):
+    share_profiles(dlrun_home, machine_profiles)
+    return dlrun_home
+
+
 def start_head(tmp_path_factory):
     """A real Ray head started the way dlrun starts it (own process group). A token left in ~/.ray by
     any earlier local ray.init() must not lock dlrun out of its own head: the head starts with one."""
@@ -27,8 +50,11 @@ def start_head(tmp_path_factory):
     user_home = tmp_path_factory.mktemp("user-home")
     (user_home / ".ray").mkdir()
     (user_home / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)
-    saved = {k: os.environ.get(k) for k in ("DLRUN_HOME", "HOME", "RAY_AUTH_MODE")}
-    os.environ.update(DLRUN_HOME=str(home), HOME=str(user_home))
+    saved = {k: os.environ.get(k) for k in ("DLRUN_HOME", "HOME", "RAY_AUTH_MODE", METRICS_INTERVAL_ENV)}
+    # Ray's own setting (every RayConfig entry reads RAY_<name>), inherited by the head's processes and
+    # its jobs: gauges exported every second instead of every 10 s, so a job need not linger 11 s
+    # (DLRUN_METRICS_FLUSH_S) for its last values to reach the metrics endpoint (tests/test_monitoring_e2e.py)
+    os.environ.update(DLRUN_HOME=str(home), HOME=str(user_home), **{METRICS_INTERVAL_ENV: "1000"})
     os.environ.pop("RAY_AUTH_MODE", None)
     try:
         return raycluster.start_local_head(dashboard_port=raycluster.free_port(), num_cpus=2)
@@ -57,3 +83,42 @@ def ray_head(tmp_path_factory):
         else:
             os.environ[k] = v
     raycluster.stop_local_head(head)
+
+
+@pytest.fixture(scope="session")
+def prometheus(ray_head, tmp_path_factory):
+    """What `dlrun dashboard --metrics` starts — Prometheus with the head session's generated config —
+    on a free port, up before the job so it scrapes it live. None when Prometheus is not installed."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("prometheus"):
+        yield None
+        return
+    from infra.local import head as raycluster
+    from orchestrator.cli.report import ray_session_dir, start_prometheus
+
+    session = ray_session_dir(ray_head)
+    assert session is not None and session.name.endswith(f"_{ray_head.pgid}"), session
+    config = session / "metrics" / "prometheus" / "prometheus.yml"
+    assert config.exists(), config
+    work = tmp_path_factory.mktemp("prometheus")
+    port = raycluster.free_port()
+    proc = start_prometheus(config, data_dir=work / "data", port=port, log_path=work / "prometheus.log")
+    yield {"proc": proc, "port": port, "log": work / "prometheus.log"}
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def monitored_job(ray_head, prometheus, tmp_path_factory, machine_profiles):
+    """One short digits-cnn job `dlrun submit`ted to the session head while its metrics endpoint is
+    scraped: read by the monitoring tests and the dashboard browser test alike (one job, not one each)."""
+    from tests.test_monitoring_e2e import submit_digits_cnn
+
+    return submit_digits_cnn(ray_head, tmp_path_factory.mktemp("monitoring"), flush_s=3, watch_metrics=True,
+                             profiles=machine_profiles)

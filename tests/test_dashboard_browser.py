@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_monitoring_e2e import submit_digits_cnn
-
 pytestmark = [pytest.mark.browser, pytest.mark.ray]
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -49,8 +47,9 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def job(ray_head, tmp_path_factory):
-    return submit_digits_cnn(ray_head, tmp_path_factory.mktemp("browser-job"))
+def job(monitored_job):
+    """The digits-cnn job the monitoring tests read (tests/conftest.py): any job dlrun submitted will do."""
+    return monitored_job
 
 
 def _wait_text(drv, needles: list[str], timeout: float = 45.0) -> str:

@@ -19,7 +19,7 @@ def dlrun(*args, env):
                           cwd=ROOT, env=env, timeout=300)
 
 
-def test_the_user_job_trains_from_its_data_dir_on_local_ray(ray_head, dlrun_home, tmp_path):
+def test_the_user_job_trains_from_its_data_dir_on_local_ray(ray_head, dlrun_home, shared_profiles, tmp_path):
     data = tmp_path / "digits-1200"
     data.mkdir()
     digits = load_digits()

@@ -302,12 +302,14 @@ def test_two_worker_torchtrainer_run_resumes_and_publishes_ray_gauges(tmp_path, 
 
 def test_a_planned_gpu_is_never_replaced_by_the_cpu(tmp_path):
     """dlrun sets DLRUN_EXPECT_GPU=1 on a GPU offer: with no usable GPU (this machine) the job stops at once."""
-    proc = subprocess.run([sys.executable, "-m", "jobs.cnn", "--epochs", "1", "--checkpoint-dir", str(tmp_path)],
-                          cwd=ROOT, env=job_env(DLRUN_EXPECT_GPU="1"), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "cnn: error: dlrun planned a GPU for this job (DLRUN_EXPECT_GPU=1)" in proc.stderr
-    assert "refusing to train on CPU" in proc.stderr and "Traceback" not in proc.stderr
-    assert "DLRUN_RESULT" not in proc.stdout
+    refused = subprocess.Popen([sys.executable, "-m", "jobs.cnn", "--epochs", "1", "--checkpoint-dir", str(tmp_path)],
+                               cwd=ROOT, env=job_env(DLRUN_EXPECT_GPU="1"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # side by side with the run below
     epochs, _, result = run_job("cnn", "--epochs", "1", "--device", "cpu", "--checkpoint-dir", str(tmp_path / "cpu"),
                                 DLRUN_EXPECT_GPU="1")  # asked for by name, the CPU is still allowed
+    stdout, stderr = refused.communicate(timeout=120)
+    assert refused.returncode == 2, stderr[-2000:]
+    assert "cnn: error: dlrun planned a GPU for this job (DLRUN_EXPECT_GPU=1)" in stderr
+    assert "refusing to train on CPU" in stderr and "Traceback" not in stderr
+    assert "DLRUN_RESULT" not in stdout
     assert len(epochs) == 1 and result is not None

@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +23,8 @@ def dlrun(*args, env=None, timeout=300):
 
 
 @pytest.fixture
-def env(ray_head, dlrun_home):
+def env(ray_head, shared_profiles):
+    dlrun_home = shared_profiles
     return dict(os.environ, DLRUN_RAY_ADDRESS=ray_head.dashboard_url, DLRUN_HOME=str(dlrun_home),
                 RAY_USAGE_STATS_ENABLED="0")
 
@@ -31,15 +33,42 @@ def _job_from(stdout: str) -> str:
     return stdout.split()[0]
 
 
+def dlrun_started(*args, env, until: str, timeout=300) -> tuple[subprocess.Popen, list[str]]:
+    """A dlrun command left running once a line of its stderr contains `until`; the stderr lines so far."""
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    lines = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if until in line:
+                break
+    finally:
+        timer.cancel()
+    return proc, lines
+
+
+def finished(proc: subprocess.Popen, lines: list[str], timeout=300) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "".join(lines) + err)
+
+
 def test_submit_digits_cnn_and_lstm(env, ray_head, tmp_path):
-    r = dlrun("submit", "configs/examples/digits_cnn.yaml", "--max-cost", "5", "--backend", "local", env=env)
+    # the LSTM is submitted while the CNN runs (two jobs on one head, as a user may): once the CNN's plan
+    # is made, so the second plan reads this machine's measurements instead of racing to write them
+    cnn = dlrun_started("submit", "configs/examples/digits_cnn.yaml", "--max-cost", "5", "--backend", "local",
+                        env=env, until="running on local CPU: est. ")
+    lstm = dlrun_started("submit", "configs/examples/digits_lstm.yaml", "--backend", "local", env=env,
+                         until="running on local CPU: est. ")
+    r, r2 = finished(*cnn), finished(*lstm)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "running on local CPU: est. " in r.stderr  # one line before it starts (--backend local: no runner-up)
     job = _job_from(r.stdout)
     acc = float(r.stdout.split("accuracy=")[1].split()[0])
     assert acc >= 0.95, r.stdout
 
-    r2 = dlrun("submit", "configs/examples/digits_lstm.yaml", "--backend", "local", env=env)
     assert r2.returncode == 0, r2.stderr[-3000:]
     assert float(r2.stdout.split("accuracy=")[1].split()[0]) >= 0.90, r2.stdout
 
@@ -74,20 +103,18 @@ def test_submit_digits_cnn_and_lstm(env, ray_head, tmp_path):
 
 
 def test_killed_job_resumes_from_checkpoint(env, tmp_path):
-    job_file = tmp_path / "long.yaml"
+    job_file = tmp_path / "digits_cnn.yaml"
     ckpt = tmp_path / "ckpt"
-    job_file.write_text(
-        (ROOT / "configs/examples/digits_cnn.yaml").read_text().replace("epochs: 20", "epochs: 40")
-        + f"checkpoint: {ckpt}\n")
+    # the example's 20 epochs: cancelled right after its first checkpoint, it is still far from done
+    job_file.write_text((ROOT / "configs/examples/digits_cnn.yaml").read_text() + f"checkpoint: {ckpt}\n")
     r = dlrun("submit", str(job_file), "--backend", "local", "--detach", env=env)
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip()
     deadline = time.time() + 180
-    while time.time() < deadline:  # wait for the first epochs' checkpoints
+    while time.time() < deadline:  # wait for the first epoch's checkpoint
         if list(ckpt.rglob("*.pt")) and "epoch" in dlrun("logs", job, env=env).stdout:
             break
-        time.sleep(1)
-    time.sleep(3)
+        time.sleep(0.2)
     r = dlrun("cancel", job, env=env)
     assert r.returncode == 0, r.stderr
     deadline = time.time() + 60
@@ -139,21 +166,31 @@ except Exception as e:
 """
 
 
-def unauthenticated_client(gcs: str, dashboard: str, timeout: float = 120) -> str:
-    """What a process without the head's token gets from its GCS port and Jobs API."""
+def unauthenticated_clients(*gcs_addresses: str, dashboard: str, timeout: float = 120) -> list[str]:
+    """What a process without the head's token gets from each GCS address and the Jobs API (the
+    processes run side by side: each waits out Ray's connect timeout)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env.update(HOME=tempfile.mkdtemp(prefix="no-token-home-"), RAY_USAGE_STATS_ENABLED="0")
-    try:
-        return subprocess.run([sys.executable, "-c", UNAUTHENTICATED, gcs, dashboard], capture_output=True,
-                              text=True, env=env, timeout=timeout).stdout
-    except subprocess.TimeoutExpired:
-        return "gcs never answered"
+    procs = [subprocess.Popen([sys.executable, "-c", UNAUTHENTICATED, gcs, dashboard], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, env=env) for gcs in gcs_addresses]
+    deadline, outs = time.monotonic() + timeout, []
+    for proc in procs:
+        try:
+            outs.append(proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            outs.append("gcs never answered")
+    return outs
+
+
+def unauthenticated_client(gcs: str, dashboard: str, timeout: float = 120) -> str:
+    """What a process without the head's token gets from its GCS port and Jobs API."""
+    return unauthenticated_clients(gcs, dashboard=dashboard, timeout=timeout)[0]
 
 
 def test_a_client_without_the_token_can_neither_run_tasks_nor_use_the_jobs_api(ray_head):
     lan = socket.gethostbyname(socket.gethostname())
     port = ray_head.gcs_address.rsplit(":", 1)[1]
-    out = unauthenticated_client(f"{lan}:{port}", ray_head.dashboard_url)
-    assert "JOBS_API_OPEN" not in out and "TASK_RAN" not in out, out
-    out = unauthenticated_client(ray_head.gcs_address, ray_head.dashboard_url)
-    assert "JOBS_API_OPEN" not in out and "TASK_RAN" not in out, out
+    for out in unauthenticated_clients(f"{lan}:{port}", ray_head.gcs_address, dashboard=ray_head.dashboard_url):
+        assert "JOBS_API_OPEN" not in out and "TASK_RAN" not in out, out

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from infra.local import head as raycluster
+from tests.conftest import share_profiles
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
@@ -37,22 +37,25 @@ def dlrun(*args, env, timeout=300) -> subprocess.CompletedProcess:
 
 
 def submit_digits_cnn(head: raycluster.LocalHead, workdir: Path, *, flush_s: int | None = None,
-                      watch_metrics: bool = False) -> dict:
+                      watch_metrics: bool = False, profiles: Path | None = None) -> dict:
     """`dlrun submit` a short digits-cnn job on `head`; the job's `dlrun status --json` record, plus its
     DLRUN_RESULT payload (`result`) and the env the CLI ran with (`env`).
 
     With watch_metrics, the head's metrics endpoint is scraped while the job runs: Ray keeps a gauge
-    only ~2 export intervals (20 s) after its process stops refreshing it, so a finished job's gauges
-    vanish soon after it ends. `gauges` is the last value seen per ray_dlrun_* name for the job."""
+    only ~2 export intervals after its process stops refreshing it, so a finished job's gauges
+    vanish soon after it ends (the session head exports every second: tests/conftest.py). `gauges` is the
+    last value seen per ray_dlrun_* name for the job."""
     text = (ROOT / "configs/examples/digits_cnn.yaml").read_text()
     assert "epochs: 20" in text and 'SEED: "0"' in text
     text = text.replace("epochs: 20", f"epochs: {EPOCHS}")
-    if flush_s:  # the spec's env reaches the job: keep it alive for Ray's last 10 s metrics export
+    if flush_s:  # the spec's env reaches the job: keep it alive for Ray's last metrics export
         text = text.replace('SEED: "0"', f'SEED: "0"\n  DLRUN_METRICS_FLUSH_S: "{flush_s}"')
     job_file = workdir / "digits_cnn_short.yaml"
     job_file.write_text(text + f"checkpoint: {workdir / 'ckpt'}\n")
     home = workdir / "dlrun-home"
     home.mkdir(exist_ok=True)
+    if profiles:  # the session's machine profiles (tests/conftest.py)
+        share_profiles(home, profiles)
     env = dict(os.environ, DLRUN_RAY_ADDRESS=head.dashboard_url, DLRUN_HOME=str(home),
                RAY_USAGE_STATS_ENABLED="0")
     out_path, err_path = workdir / "submit.out", workdir / "submit.err"
@@ -71,7 +74,7 @@ def submit_digits_cnn(head: raycluster.LocalHead, workdir: Path, *, flush_s: int
                                     seen.setdefault(labels.get("job_id", ""), {})[name] = value
                     except OSError:
                         pass
-                time.sleep(1.0)
+                time.sleep(0.5)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -112,34 +115,11 @@ def scrape(port: int) -> dict[str, list[tuple[dict, float]]]:
 
 
 # ---------------------------------------------------------------- fixtures
+# Prometheus and the monitored job are session-scoped, in tests/conftest.py (`prometheus`,
+# `monitored_job`): the dashboard browser test reads the same job instead of submitting its own.
 @pytest.fixture(scope="module")
-def prometheus(ray_head, tmp_path_factory):
-    """What `dlrun dashboard --metrics` starts — Prometheus with the head session's generated config —
-    on a free port, up before the job so it scrapes it live. None when Prometheus is not installed."""
-    if not shutil.which("prometheus"):
-        yield None
-        return
-    from orchestrator.cli.report import ray_session_dir, start_prometheus
-
-    session = ray_session_dir(ray_head)
-    assert session is not None and session.name.endswith(f"_{ray_head.pgid}"), session
-    config = session / "metrics" / "prometheus" / "prometheus.yml"
-    assert config.exists(), config
-    work = tmp_path_factory.mktemp("prometheus")
-    port = raycluster.free_port()
-    proc = start_prometheus(config, data_dir=work / "data", port=port, log_path=work / "prometheus.log")
-    yield {"proc": proc, "port": port, "log": work / "prometheus.log"}
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
-@pytest.fixture(scope="module")
-def job(ray_head, prometheus, tmp_path_factory):
-    return submit_digits_cnn(ray_head, tmp_path_factory.mktemp("monitoring"), flush_s=11, watch_metrics=True)
+def job(monitored_job):
+    return monitored_job
 
 
 # ---------------------------------------------------------------- tests

@@ -55,7 +55,9 @@ def test_the_installed_package_is_used_not_the_checkout(installed):
     env_dir, cwd = installed
     out = subprocess.run([str(env_dir / "bin" / "python"), "-c",
                           "import orchestrator, configs; print(orchestrator.__file__); print(configs.CATALOG_DIR)"],
-                         capture_output=True, text=True, cwd=cwd, check=True).stdout.split()
+                         capture_output=True, text=True, cwd=cwd, check=True,
+                         env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+                         ).stdout.split()
     assert all(str(env_dir) in line for line in out), out
 
 
