@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from infra.base import BootstrapConfig
-from infra.vm.bootstrap import startup_script
+from infra.vm.bootstrap import WATCHDOG, startup_script
 
 STUB = r"""#!/bin/bash
 echo "python $* [auth=${RAY_AUTH_MODE:-none} token=$(cat "${RAY_AUTH_TOKEN_PATH:-/dev/null}" 2>/dev/null)]" >> "$STUB_LOG"
@@ -145,3 +145,25 @@ def test_worker_needs_the_head_address_and_nothing_listens_publicly():
     for script in (startup_script(CFG, is_head=True), startup_script(CFG, is_head=False, head_ip="10.0.0.5")):
         assert "0.0.0.0" not in script and "RAY_USAGE_STATS_ENABLED=0" in script
         assert "AWS_SECRET" not in script
+
+
+def test_the_watchdog_checks_at_a_tenth_of_its_idle_limit_and_powers_off(tmp_path):
+    """watchdog.sh itself, with a `shutdown` that records instead of powering off: a 3 s limit is
+    checked every second (a 900 s one every 20 s), so the VM goes within a second or two of it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "shutdown").write_text(f"#!/bin/bash\necho \"shutdown $*\" > {tmp_path}/off\n")
+    (bin_dir / "shutdown").chmod(0o755)
+    (tmp_path / "watchdog.sh").write_text(WATCHDOG)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".dlrun-heartbeat").touch()
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    # getent answers the login user's home: point it at ours through a stand-in getent
+    (bin_dir / "getent").write_text(f"#!/bin/bash\necho \"{user}:x:0:0::{home}:/bin/bash\"\n")
+    (bin_dir / "getent").chmod(0o755)
+    out = subprocess.run(["bash", str(tmp_path / "watchdog.sh"), "3", "0", user], capture_output=True, text=True,
+                         timeout=30, env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert (tmp_path / "off").read_text().strip() == "shutdown -h now dlrun watchdog"
+    silent = int(out.stdout.split("no heartbeat from dlrun for ")[1].split("s")[0])
+    assert 3 <= silent <= 4, out.stdout

@@ -3,7 +3,9 @@
 # silent for IDLE_S seconds (dlrun, or its detached supervisor, touches ~LOGIN_USER/.dlrun-heartbeat
 # over SSH every minute while it watches), and unconditionally after HARD_S seconds (0: no limit).
 # A forgotten cluster — a laptop asleep, dlrun killed, the network gone — stops costing money.
-IDLE_S="$1"; HARD_S="$2"; LOGIN_USER="$3"; CHECK_S="${4:-20}"
+IDLE_S="$1"; HARD_S="$2"; LOGIN_USER="$3"
+# checked every tenth of the idle limit (1..20 s): a VM is never paid for much past its limit
+CHECK_S=$((IDLE_S / 10)); [ "$CHECK_S" -gt 20 ] && CHECK_S=20; [ "$CHECK_S" -lt 1 ] && CHECK_S=1
 START=$(date +%s)
 while sleep "$CHECK_S"; do
   NOW=$(date +%s)
