@@ -48,6 +48,37 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
+def _group_size(pgid: int) -> int | None:
+    """How many live (not zombie) processes the group has (None where /proc cannot say)."""
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    count = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)": state, ppid, pgrp, ...
+        except OSError:
+            continue
+        count += fields[0] != "Z" and int(fields[2]) == pgid  # a zombie is dead: its parent only has to reap it
+    return count
+
+
+def _wait_group(pgid: int, wait: float) -> None:
+    """Until the group is gone, or `wait` has passed. Ray's processes leave SIGTERM in a second or two,
+    then stay zombies until reaped: the `ray start` leader by this process when it started the head
+    (reaped here: else the wait ran into the SIGKILL and its 5 s), the rest by init."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and _group_alive(pgid):
+        if _group_size(pgid) == 0:
+            try:
+                os.waitpid(pgid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        time.sleep(0.1)
+
+
 def recorded_head() -> LocalHead | None:
     """The head dlrun started earlier, if it is still up."""
     p = _record_path()
@@ -139,9 +170,7 @@ def stop_local_head(head: LocalHead | None = None, timeout: float = 6.0) -> bool
             os.killpg(head.pgid, sig)
         except ProcessLookupError:
             break
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and _group_alive(head.pgid):
-            time.sleep(0.2)
+        _wait_group(head.pgid, wait)
         if not _group_alive(head.pgid):
             break
     rec = _record_path()
