@@ -28,15 +28,17 @@ class FakeGceMetadata(LocalHttpServer):
 
     def answer(self, path: str) -> tuple[int, str, str]:
         base = "/computeMetadata/v1/"
-        account = f"{base}instance/service-accounts/default/"
+        # the account answers as `default` and as its email, as on GCE: google.auth asks by email once it
+        # knows it (a second refresh in the same process)
+        accounts = [f"{base}instance/service-accounts/{name}/" for name in ("default", self.email)]
         if path == "/":
             return 200, "text/plain", ""
         if path == f"{base}project/project-id":
             return 200, "text/plain", self.project
-        if path == account:  # ?recursive=true
+        if path in accounts:  # ?recursive=true
             return 200, "application/json", json.dumps({"email": self.email, "scopes": self.scopes,
                                                         "aliases": ["default"]})
-        if path == f"{account}token":
+        if path in [f"{account}token" for account in accounts]:
             return 200, "application/json", json.dumps({"access_token": f"sa:{self.email}", "expires_in": 3599,
                                                         "token_type": "Bearer"})
         return 404, "text/plain", "not found"
