@@ -15,3 +15,21 @@ def split_url(url: str) -> tuple[str, str]:
     bucket, _, prefix = url.split("://", 1)[1].partition("/")
     prefix = prefix.strip("/")
     return bucket, f"{prefix}/" if prefix else ""
+
+
+NODE_CLIENTS = {"s3": "boto3", "gs": "google-cloud-storage"}  # what jobs.checkpoint imports per scheme
+
+
+def node_client_packages(location: str) -> list[str]:
+    """What a node needs for jobs.checkpoint to reach `location` (s3://…, gs://…, or just the scheme):
+    the version installed here when there is one, so the node runs what was tested."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    scheme = location.split("://", 1)[0].lower()
+    name = NODE_CLIENTS.get(scheme)
+    if name is None:
+        return []
+    try:
+        return [f"{name}=={version(name)}"]
+    except PackageNotFoundError:
+        return [name]

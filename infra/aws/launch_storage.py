@@ -9,7 +9,6 @@ from infra.aws.errors import error_code
 from infra.base import ProvisionError
 
 DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys (docs.aws.amazon.com/AmazonS3/latest/API/API_DeleteObjects.html)
-NODE_PACKAGES = ("boto3",)  # the node's S3 client (jobs/checkpoint.py); credentials come from the role
 
 
 def prepare_storage(session, url: str, *, region: str, owner: str, endpoint_url: str | None,

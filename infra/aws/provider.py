@@ -18,7 +18,8 @@ from infra.aws import compute, network as net
 from infra.aws.compute import LIVE_STATES
 from infra.aws.errors import CREDENTIALS_HOWTO, error_code, to_provider_error
 from infra.aws.images import find_image
-from infra.aws.launch_storage import (NODE_PACKAGES, clear_run_prefix, leftover_node_roles, prepare_storage,
+from infra.buckets import node_client_packages
+from infra.aws.launch_storage import (clear_run_prefix, leftover_node_roles, prepare_storage,
                                       remove_node_role, run_instances)
 from infra.aws.storage import TAG_REGION, role_name
 from infra.aws.records import (TAG_PRICE, TAG_SPOT, TAG_SSH_USER, TAG_TERMINATING, UP_STATES,
@@ -125,7 +126,7 @@ class AwsProvider(VmProvider):
                                       owner=tags[TAG_OWNER], endpoint_url=self.endpoint_url,
                                       cluster_id=request.cluster_id, job_id=request.job_id,
                                       data_read=request.data_read, data_uploads=request.data_uploads)
-            cfg = replace(cfg, python_packages=[*cfg.python_packages, *NODE_PACKAGES])
+            cfg = replace(cfg, python_packages=[*cfg.python_packages, *node_client_packages("s3")])
         return dict(ami=ami, group_id=group_id, key_name=key_name, tags=instance_tags, login_user=ssh_user,
                     cfg=cfg, profile=profile)
 

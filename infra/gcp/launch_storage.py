@@ -5,7 +5,6 @@ from __future__ import annotations
 from infra.base import ProvisionError
 from infra.gcp import storage
 
-NODE_PACKAGES = ("google-cloud-storage",)  # the node's GCS client (jobs/checkpoint.py); tokens from the metadata server
 
 
 def storage_client(credentials, project: str, endpoint: str | None):

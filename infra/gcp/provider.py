@@ -24,7 +24,8 @@ from google.cloud import compute_v1
 from infra.base import (TAG_CLUSTER, BootstrapConfig, Cluster, ClusterRequest, CredentialsError, NodeState,
                         ProviderError, ProvisionError)
 from infra.gcp import errors as gcp_errors, network as net
-from infra.gcp.launch_storage import (NODE_PACKAGES, clear_run_prefix, leftover_node_accounts, prepare_storage,
+from infra.buckets import node_client_packages
+from infra.gcp.launch_storage import (clear_run_prefix, leftover_node_accounts, prepare_storage,
                                       remove_node_account)
 from infra.gcp.storage import account_email, account_id
 from infra.gcp.zones import zones_for
@@ -153,7 +154,7 @@ class GcpProvider(VmProvider):
                                       owner=request.owner or owner_identity(), cluster_id=request.cluster_id,
                                       job_id=request.job_id, storage_endpoint=self.storage_endpoint,
                                       iam_endpoint=self.iam_endpoint)
-            cfg = replace(cfg, python_packages=[*cfg.python_packages, *NODE_PACKAGES])
+            cfg = replace(cfg, python_packages=[*cfg.python_packages, *node_client_packages("gs")])
         self._ensure_network(request.offer.region)
         for rule in net.firewall_rules(request.cluster_id, ssh_cidr, net.network_link(self.project)):
             try:

@@ -41,22 +41,11 @@ def checkpoint_location(spec: JobSpec, key: str) -> str:
     return str(Path(base).expanduser() / key)
 
 
-CHECKPOINT_PACKAGES = {"s3": "boto3", "gs": "google-cloud-storage"}  # what jobs.checkpoint imports per scheme
-
-
 def checkpoint_packages(location: str) -> list[str]:
-    """What a cluster node needs for jobs.checkpoint to reach `location` (the version installed here
-    when there is one, so the node runs what was tested)."""
-    from importlib.metadata import PackageNotFoundError, version
+    """What a cluster node needs for jobs.checkpoint to reach `location` (none for a local path)."""
+    from infra.buckets import node_client_packages
 
-    scheme = location.split("://", 1)[0].lower() if "://" in location else ""
-    name = CHECKPOINT_PACKAGES.get(scheme)
-    if name is None:
-        return []
-    try:
-        return [f"{name}=={version(name)}"]
-    except PackageNotFoundError:
-        return [name]
+    return node_client_packages(location) if "://" in location else []
 
 
 def attempt_checkpoint(spec: JobSpec, key: str, cand, *, default: str) -> str:
