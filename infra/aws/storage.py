@@ -123,29 +123,29 @@ def remove_node_profile(iam, name: str) -> bool:
     when something was there. Missing pieces (a launch interrupted halfway, a second call) are skipped."""
     from botocore.exceptions import ClientError
 
-    def gone(e: ClientError) -> bool:
-        return e.response.get("Error", {}).get("Code") == "NoSuchEntity"
+    def unless_gone(remove) -> bool:
+        try:
+            remove()
+            return True
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "NoSuchEntity":
+                raise
+            return False
 
-    found = False
-    try:
+    def profile() -> None:
         for role in iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"].get("Roles", []):
             iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=role["RoleName"])
         iam.delete_instance_profile(InstanceProfileName=name)
-        found = True
-    except ClientError as e:
-        if not gone(e):
-            raise
-    try:
+
+    def role() -> None:
         for policy in iam.list_role_policies(RoleName=name)["PolicyNames"]:
             iam.delete_role_policy(RoleName=name, PolicyName=policy)
         for policy in iam.list_attached_role_policies(RoleName=name)["AttachedPolicies"]:
             iam.detach_role_policy(RoleName=name, PolicyArn=policy["PolicyArn"])
         iam.delete_role(RoleName=name)
-        found = True
-    except ClientError as e:
-        if not gone(e):
-            raise
-    return found
+
+    removed_profile = unless_gone(profile)  # both are tried: either may be missing alone
+    return unless_gone(role) or removed_profile
 
 
 def list_node_roles(iam, limit: int = MAX_LISTED_ROLES) -> dict[str, dict[str, str]]:

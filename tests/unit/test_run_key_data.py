@@ -12,6 +12,7 @@ from orchestrator.planning.spec import load_job
 from orchestrator.runs.entrypoint import checkpoint_location, run_key
 from orchestrator.runs.run_identity import record_run, recorded_run_key
 from orchestrator.state.db import Store
+from tests.test_data_inputs import make_dir
 
 
 def job_file(tmp_path: Path, data: list[str], name: str = "job.yaml") -> Path:
@@ -19,13 +20,6 @@ def job_file(tmp_path: Path, data: list[str], name: str = "job.yaml") -> Path:
     job.write_text(yaml.safe_dump({"name": "digits", "job": "cnn", "data": data,
                                    "checkpoint": str(tmp_path / "ckpt")}))
     return job
-
-
-def make_dir(root: Path, files: dict[str, bytes]) -> Path:
-    for rel, body in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(body)
-    return root
 
 
 def test_other_local_data_is_another_run_and_does_not_resume_the_old_checkpoint(tmp_path):
