@@ -14,7 +14,7 @@ from jobs.checkpoint import open_checkpoints
 from tests.fakes.metadata_server import MetadataServer
 from tests.test_jobs import ROOT, job_env, parse_output, run_job
 
-EPOCHS = "4"
+EPOCHS = "8"  # ~0.45 s an epoch: after the first checkpoint the notice has ~3 s, even on a loaded machine
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,9 @@ from tests.fakes.vm.fixtures import vm_support_problem
 from tests.test_aws_server import moto_server  # noqa: F401
 
 # a ceiling, not a timer: the notice is posted as soon as epoch 2's checkpoint is in S3, and the job
-# (~1 epoch/s at batch 8 on an idle 2-core machine) checks for it every 2 s (jobs/notice.py POLL_S)
-EPOCHS, BATCH = 10, 8
+# checks for it every 2 s (jobs/notice.py POLL_S). An idle VM runs an epoch of batch 8 in 0.45 s: 20 epochs
+# leave the notice ~8 s, four of its polls (10 left it one or two)
+EPOCHS, BATCH = 20, 8
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
 
 
