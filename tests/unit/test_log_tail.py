@@ -45,6 +45,8 @@ def ws_server():
     yield f"http://127.0.0.1:{port}", messages
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
+    loop.run_until_complete(runner.cleanup())  # ends the handlers' tasks (else they are collected on a closed loop)
+    loop.close()
 
 
 def test_the_websocket_client_reads_every_message_until_the_server_closes(ws_server):
