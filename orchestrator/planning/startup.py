@@ -7,7 +7,7 @@ job_supervisor.py ("Ray actor created by JobManager for each submitted job ... e
 command in subprocess"), ray 2.60.
 
 Measured for real when dlrun's own local head is up: a no-op job (the entrypoint imports what every
-job imports and reports once, which connects it to Ray, with the runtime env a local job gets) is submitted through the Jobs API and timed as dlrun
+job imports, takes one optimizer step and reports once, which connects it to Ray, with the runtime env a local job gets) is submitted through the Jobs API and timed as dlrun
 times a run (Ray's start_time to end_time). With no head up nothing is started for it (`dlrun plan`
 stays fast): the job process's start is timed by importing in a fresh process, and the supervisor's
 share is the prior RAY_JOB_PRIOR_SECONDS until a later plan finds the head up. The job's own data load
@@ -22,16 +22,22 @@ import subprocess
 import sys
 import time
 import uuid
+import zlib
 from importlib import metadata
 from pathlib import Path
 
 from orchestrator.paths import profiles_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-JOB_IMPORTS = "import torch, jobs.metrics"  # what the job's process imports before its first line of work
+# What a training job's process does before its first line of work: import torch and dlrun's helpers, and
+# take an optimizer step: torch.optim's first step() imports TorchDynamo (torch._disable_dynamo), 1.7 s
+# of every job's start here (torch 2.13, 2 cores) that a bare import misses and that the step profile,
+# timed after warm-up, never sees
+FIRST_STEP = "torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1).step()"
+JOB_IMPORTS = f"import torch, jobs.metrics; {FIRST_STEP}"
 # inside a Ray job the first jobs.metrics report also connects the process to Ray (ray.init, for its
 # gauges): part of every job's start that no step measurement sees
-RAY_JOB_ENTRYPOINT = 'python -c "import torch; from jobs.metrics import report; report()"'
+RAY_JOB_ENTRYPOINT = f'python -c "import torch; from jobs.metrics import report; {FIRST_STEP}; report()"'
 # Ray's own share of a job's start (supervisor actor, runtime env, the driver's spawn), beyond the job
 # process's imports: 1.0, 1.8 and 1.5 s in three no-op jobs on one head (6.2/5.1/4.8 s Ray run time vs
 # 5.2/3.3/3.3 s for the same imports in a fresh process), on the project's 2-core build machine
@@ -46,7 +52,8 @@ def _key() -> str:
         torch = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch = "none"
-    return f"{platform.node()}-{os.cpu_count()}-{sys.executable}-torch{torch}"
+    probe = zlib.crc32(RAY_JOB_ENTRYPOINT.encode())  # a changed probe measures again
+    return f"{platform.node()}-{os.cpu_count()}-{sys.executable}-torch{torch}-{probe:08x}"
 
 
 def _path() -> Path:
