@@ -9,7 +9,7 @@ command in subprocess"), ray 2.60.
 Measured for real when dlrun's own local head is up: a no-op job (the entrypoint imports what every
 job imports, takes one optimizer step and reports once, which connects it to Ray, with the runtime env a local job gets) is submitted through the Jobs API and timed as dlrun
 times a run (Ray's start_time to end_time). With no head up nothing is started for it (`dlrun plan`
-stays fast): the job process's start is timed by importing in a fresh process, and the supervisor's
+stays fast): the job process's start (JOB_START) is timed in a fresh process, and the supervisor's
 share is the prior RAY_JOB_PRIOR_SECONDS until a later plan finds the head up. The job's own data load
 and model build stay in estimator.JOB_START_SECONDS; finished runs correct the whole term.
 """
@@ -33,11 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # take an optimizer step: torch.optim's first step() imports TorchDynamo (torch._disable_dynamo), 1.7 s
 # of every job's start here (torch 2.13, 2 cores) that a bare import misses and that the step profile,
 # timed after warm-up, never sees
-FIRST_STEP = "torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1).step()"
-JOB_IMPORTS = f"import torch, jobs.metrics; {FIRST_STEP}"
+JOB_START = "import torch, jobs.metrics; torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1).step()"
 # inside a Ray job the first jobs.metrics report also connects the process to Ray (ray.init, for its
 # gauges): part of every job's start that no step measurement sees
-RAY_JOB_ENTRYPOINT = f'python -c "import torch; from jobs.metrics import report; {FIRST_STEP}; report()"'
+RAY_JOB_ENTRYPOINT = f'python -c "{JOB_START}; jobs.metrics.report()"'
 # Ray's own share of a job's start (supervisor actor, runtime env, the driver's spawn), beyond the job
 # process's imports: 1.0, 1.8 and 1.5 s in three no-op jobs on one head (6.2/5.1/4.8 s Ray run time vs
 # 5.2/3.3/3.3 s for the same imports in a fresh process), on the project's 2-core build machine
@@ -77,11 +76,12 @@ def _save(data: dict) -> dict:
 
 
 def process_start_seconds() -> float | None:
-    """Seconds for a fresh Python process to import what a job imports; None where it cannot."""
+    """Seconds for a fresh Python process to do what a job does before its first line of work (JOB_START);
+    None where it cannot."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     env.pop("RAY_ADDRESS", None)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", JOB_IMPORTS], cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", JOB_START], cwd=ROOT, env=env, capture_output=True, text=True)
     return time.perf_counter() - t0 if proc.returncode == 0 else None
 
 
@@ -144,7 +144,7 @@ def measure(*, refresh: bool = False) -> dict:
     else:
         data = {"key": key, "seconds": round(process + RAY_JOB_PRIOR_SECONDS, 3),
                 "process_seconds": round(process, 3), "basis": "imports + prior", "tried_head": tried,
-                "probe": f"{JOB_IMPORTS} in a fresh process + {RAY_JOB_PRIOR_SECONDS:g} s Ray prior"}
+                "probe": f"{JOB_START} in a fresh process + {RAY_JOB_PRIOR_SECONDS:g} s Ray prior"}
     _memo[key] = _save(data)
     return data
 
