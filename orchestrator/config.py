@@ -2,15 +2,23 @@
 
     default_deadline: 72h     # applied when a job names no deadline (the plan says so)
     optimize: cost            # cost | time: what "best" means among the candidates that fit
+    mirrors:                  # where cloud nodes get their packages (corporate / air-gapped networks)
+      pypi: https://pypi.example.internal/simple   # a PEP 503 index for pip (default: PyPI)
+      torch: https://mirror.example.internal/whl   # stands for https://download.pytorch.org/whl
+      apt: http://apt.example.internal/ubuntu      # a Debian/Ubuntu archive (default: the image's own)
+    aws:
+      subnets: {us-east-2: subnet-0abc}            # launch there instead of the default VPC / dlrun's VPC
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.paths import dlrun_home
 
-DEFAULTS = {"default_deadline": "72h", "optimize": "cost"}
+DEFAULTS = {"default_deadline": "72h", "optimize": "cost", "mirrors": {}, "aws": {}}
 OBJECTIVES = ("cost", "time")
+MIRROR_KEYS = ("pypi", "torch", "apt")
+AWS_KEYS = ("subnets",)
 
 
 @dataclass(frozen=True)
@@ -19,6 +27,8 @@ class Settings:
     default_deadline_seconds: float
     optimize: str
     source: str  # where the values came from, for the plan's note
+    mirrors: dict = field(default_factory=dict)      # pypi / torch / apt -> URL (only those set)
+    aws_subnets: dict = field(default_factory=dict)  # region -> subnet id the user chose
 
 
 def config_path():
@@ -51,4 +61,25 @@ def load_settings() -> Settings:
     if values["optimize"] not in OBJECTIVES:
         raise UsageError(f"{path}: optimize: '{values['optimize']}' is not one of {', '.join(OBJECTIVES)}")
     source = str(path) if "default_deadline" in data else "dlrun's default"
-    return Settings(str(values["default_deadline"]), seconds, values["optimize"], source)
+    mirrors = _table(path, "mirrors", values["mirrors"], MIRROR_KEYS)
+    for key, url in mirrors.items():
+        if not isinstance(url, str) or "://" not in url:
+            raise UsageError(f"{path}: mirrors.{key}: expected a URL such as https://mirror.example/simple")
+    aws = _table(path, "aws", values["aws"], AWS_KEYS)
+    subnets = aws.get("subnets") or {}
+    if not isinstance(subnets, dict) or not all(isinstance(v, str) and v.startswith("subnet-")
+                                                for v in subnets.values()):
+        raise UsageError(f"{path}: aws.subnets: expected 'REGION: subnet-ID' pairs, e.g. {{us-east-2: subnet-0abc}}")
+    return Settings(str(values["default_deadline"]), seconds, values["optimize"], source,
+                    mirrors={k: v.rstrip("/") for k, v in mirrors.items() if v}, aws_subnets=dict(subnets))
+
+
+def _table(path, name: str, value, keys: tuple[str, ...]) -> dict:
+    from orchestrator.errors import UsageError
+
+    if not isinstance(value, dict):
+        raise UsageError(f"{path}: {name}: expected a mapping with keys {', '.join(keys)}")
+    unknown = sorted(set(value) - set(keys))
+    if unknown:
+        raise UsageError(f"{path}: {name}: unknown key {', '.join(unknown)}; known: {', '.join(keys)}")
+    return value

@@ -88,7 +88,7 @@ def test_the_watchdog_starts_first_with_the_limits(node):
     rc, calls, node_dir, out = node(startup_script(cfg, is_head=True, login_user="ubuntu"))
     assert rc == 0, out
     (watchdog,) = [c for c in calls if c.startswith("setsid")]
-    assert watchdog == f"setsid nohup bash {node_dir}/watchdog.sh 120 7200 ubuntu"
+    assert watchdog == f"setsid nohup bash {node_dir}/watchdog.sh 120 7200 ubuntu {node_dir}/self-end.sh"
     assert calls.index(watchdog) < next(i for i, c in enumerate(calls) if "pip install" in c)
     assert "shutdown -h now" in (node_dir / "watchdog.sh").read_text()
 

@@ -40,6 +40,14 @@ TOKEN_WAIT_S = 1800  # how long a node waits for dlrun to hand it the cluster's 
 TOKEN_FILE = ".dlrun-ray-token"  # where dlrun puts it, in the login user's home (0600)
 
 
+def _self_end(cfg: BootstrapConfig) -> list[str]:
+    """$NODE_DIR/self-end.sh: what the watchdog runs to end the node before it powers off (see watchdog.sh)."""
+    if not cfg.self_end:
+        return ['rm -f "$NODE_DIR/self-end.sh"']
+    return [f"cat > \"$NODE_DIR/self-end.sh\" <<'DLRUN_SELF_END'\n#!/bin/bash\n{cfg.self_end.rstrip()}\nDLRUN_SELF_END",
+            'chmod 700 "$NODE_DIR/self-end.sh"']
+
+
 def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None = None,
                    cluster_id: str = "", node_dir: str = NODE_DIR, login_user: str = "ubuntu") -> str:
     """A bash script for cloud-init (AWS user-data) or GCE `startup-script` metadata."""
@@ -65,8 +73,9 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
         f'echo {shlex.quote(cluster_id)} > "$NODE_DIR/cluster"',
         # first, so that a boot that hangs later still ends with the VM powered off
         f"cat > \"$NODE_DIR/watchdog.sh\" <<'DLRUN_WATCHDOG'\n{WATCHDOG}DLRUN_WATCHDOG",
+        *_self_end(cfg),
         f'setsid nohup bash "$NODE_DIR/watchdog.sh" {int(cfg.heartbeat_timeout_s)} {int(cfg.max_run_s)} '
-        f'{shlex.quote(login_user)} < /dev/null &',  # prints to the console and boot log
+        f'{shlex.quote(login_user)} "$NODE_DIR/self-end.sh" < /dev/null &',  # prints to the console and boot log
         'PY=$(command -v python3) || fail "this image has no python3"',
         'VENV="$NODE_DIR/venv"',
         # system site-packages: what the image already has (a deep-learning image's torch) is reused

@@ -3,7 +3,9 @@
 # silent for IDLE_S seconds (dlrun, or its detached supervisor, touches ~LOGIN_USER/.dlrun-heartbeat
 # over SSH every minute while it watches), and unconditionally after HARD_S seconds (0: no limit).
 # A forgotten cluster — a laptop asleep, dlrun killed, the network gone — stops costing money.
-IDLE_S="$1"; HARD_S="$2"; LOGIN_USER="$3"
+# END_SCRIPT, when it exists, runs first: on clouds where a guest power-off only stops the instance
+# (Compute Engine), it has the cloud delete this node; the power-off follows whatever it does.
+IDLE_S="$1"; HARD_S="$2"; LOGIN_USER="$3"; END_SCRIPT="${4:-}"
 # checked every tenth of the idle limit (1..20 s): a VM is never paid for much past its limit
 CHECK_S=$((IDLE_S / 10)); [ "$CHECK_S" -gt 20 ] && CHECK_S=20; [ "$CHECK_S" -lt 1 ] && CHECK_S=1
 START=$(date +%s)
@@ -20,6 +22,10 @@ while sleep "$CHECK_S"; do
     continue
   fi
   echo "dlrun watchdog: powering off: $WHY"
+  if [ -n "$END_SCRIPT" ] && [ -x "$END_SCRIPT" ]; then
+    echo "dlrun watchdog: running $END_SCRIPT"
+    "$END_SCRIPT" || echo "dlrun watchdog: $END_SCRIPT exited with $?"
+  fi
   sync
   shutdown -h now "dlrun watchdog" || poweroff || halt -p
   exit 0

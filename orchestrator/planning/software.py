@@ -86,13 +86,26 @@ def boot_settings(spec, offer: Offer) -> dict:
     """BootstrapConfig fields for a cloud node: the planned torch and its index, the GPUs to check."""
     if _local(offer):
         return {}
+    from orchestrator.config import load_settings
+
+    mirrors = load_settings().mirrors
+    gpus = {"gpu_count": offer.accelerator_count if offer.accelerator else 0, "gpu_memory_gb": offer.gpu_memory_gb,
+            "pip_index_url": mirrors.get("pypi", ""), "apt_mirror": mirrors.get("apt", "")}
     try:
         plan = software_for(spec, offer)
     except sw.Unsupported:  # the planner excluded it; a forced launch still checks the GPU
-        return {"gpu_count": offer.accelerator_count if offer.accelerator else 0,
-                "gpu_memory_gb": offer.gpu_memory_gb}
-    return {"torch_requirement": plan.torch_requirement, "torch_index_url": plan.index_url,
-            "gpu_count": offer.accelerator_count if offer.accelerator else 0, "gpu_memory_gb": offer.gpu_memory_gb}
+        return gpus
+    return {**gpus, "torch_requirement": plan.torch_requirement,
+            "torch_index_url": mirrored_wheel_index(plan.index_url, mirrors.get("torch", ""))}
+
+
+def mirrored_wheel_index(index_url: str | None, mirror: str) -> str | None:
+    """torch's wheel index as the user's mirror serves it (config.yaml mirrors.torch stands for
+    https://download.pytorch.org/whl)."""
+    base = sw.WHEEL_URL.split("{", 1)[0].rstrip("/")
+    if not index_url or not mirror or not index_url.startswith(base):
+        return index_url
+    return mirror.rstrip("/") + index_url[len(base):]
 
 
 EXPECT_GPU_ENV = "DLRUN_EXPECT_GPU"  # read by jobs/train.py: never fall back to CPU on a GPU offer
