@@ -1,15 +1,18 @@
 """The provider interface every backend implements, and the errors each maps its failures to.
 
 The runner's failover is one loop over these errors: CapacityError blocks the offer (zone) and
-tries the next candidate, QuotaError blocks the region, CredentialsError blocks the whole cloud.
+tries the next candidate, QuotaError blocks what draws on the exhausted quota (else the region),
+CredentialsError blocks the whole cloud.
 """
 from __future__ import annotations
 
+import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from infra.catalog import Offer
+from infra.catalog import Offer, canonical_gpu
 
 # every resource dlrun creates carries these tags/labels (GCP labels: lower case, '-' allowed)
 TAG_CLUSTER = "dlrun-cluster"
@@ -20,7 +23,8 @@ NodeStatus = Literal["pending", "running", "preempted", "terminated", "gone"]
 
 
 class ProviderError(Exception):
-    """Base of provider failures. `scope` says what to block: offer, zone, region or cloud."""
+    """Base of provider failures. `scope` says what to block: offer, zone, region, cloud, or (QuotaError)
+    the offers that draw on one quota."""
 
     scope = "offer"
 
@@ -35,14 +39,63 @@ class CapacityError(ProviderError):
     scope = "offer"
 
 
+@dataclass(frozen=True)
+class QuotaScope:
+    """The offers one exhausted quota rules out, as the cloud scopes it: an AWS vCPU bucket (G and VT,
+    P, standard, ...; on-demand and spot apart) in one region, a GCP GPU type in one region, GCP's
+    GPUS_ALL_REGIONS for GPU offers everywhere. Empty fields match everything."""
+
+    cloud: str
+    region: str = ""                # "": every region (a global quota)
+    market: str = ""                # "spot" | "on-demand" | "": both
+    gpu_only: bool = False          # only offers with a GPU draw on it
+    accelerator: str = ""           # one GPU type (canonical name, e.g. T4)
+    families: tuple[str, ...] = ()  # instance classes drawing on it: the letters of an AWS family (g, vt, p)
+    quota: str = ""                 # the cloud's name of the quota (L-DB2E81BA, NVIDIA_T4_GPUS), for messages
+
+    def key(self) -> str:
+        """A string for the run loop's set of blocked things (see planner.quota_blocked)."""
+        return "quota:" + json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_key(cls, key: str) -> "QuotaScope | None":
+        if not key.startswith("quota:"):
+            return None
+        data = json.loads(key[len("quota:"):])
+        return cls(**{**data, "families": tuple(data.get("families") or ())})
+
+    def matches(self, offer, spot: bool) -> bool:
+        if offer.cloud != self.cloud or (self.region and offer.region != self.region):
+            return False
+        if self.market and self.market != ("spot" if spot else "on-demand"):
+            return False
+        if (self.gpu_only or self.accelerator) and not offer.accelerator:
+            return False
+        if self.accelerator:
+            if canonical_gpu(offer.accelerator) != canonical_gpu(self.accelerator):
+                return False
+        return not self.families or instance_class(offer.instance_type) in self.families
+
+
+def instance_class(instance_type: str) -> str:
+    """The letters that open an instance family: g4dn.xlarge -> g, inf2.xlarge -> inf, vt1.3xlarge -> vt."""
+    family = instance_type.split(".", 1)[0].lower()
+    letters = re.match(r"[a-z]+", family)
+    return letters.group() if letters else family
+
+
 class QuotaError(ProviderError):
-    """Quota exhausted: block the region (or the cloud, when the quota is global)."""
+    """Quota exhausted: block what draws on that quota (`quota`, when the cloud says which), else the
+    region (or the cloud, when the quota is global)."""
 
     scope = "region"
 
-    def __init__(self, message: str, *, global_quota: bool = False, **kw):
+    def __init__(self, message: str, *, global_quota: bool = False, quota: QuotaScope | None = None, **kw):
         super().__init__(message, **kw)
-        if global_quota:
+        self.quota = quota
+        if quota is not None:
+            self.scope = "quota"
+        elif global_quota:
             self.scope = "cloud"
 
 

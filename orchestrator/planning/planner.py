@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from infra import capabilities
+from infra.base import QuotaScope
 from infra.catalog import Offer, canonical_gpu
 from infra.identity import owner_identity
 from orchestrator.planning import software
@@ -173,6 +174,16 @@ def spot_block_key(offer: Offer) -> str:
     return f"spot:{offer.key}"
 
 
+def quota_blocked(offer: Offer, spot: bool, blocked: frozenset[str]) -> str | None:
+    """Why a market of an offer is out after a quota error (infra.base.QuotaScope keys), or None."""
+    for key in blocked:
+        scope = QuotaScope.from_key(key)
+        if scope is not None and scope.matches(offer, spot):
+            where = scope.region or "all regions"
+            return f"quota {scope.quota or 'exhausted'} ({where}) exhausted at launch"
+    return None
+
+
 def is_blocked(offer: Offer, blocked: frozenset[str]) -> bool:
     return bool(blocked) and (offer.cloud in blocked or f"{offer.cloud}/{offer.region}" in blocked
                               or offer.key in blocked)
@@ -245,7 +256,8 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             est = estimate(profile, offer, spot=spot, num_nodes=nodes, history=history, data_bytes=data_bytes)
             base, no_bucket = candidate_checkpoint(spec, offer, spot, owner)
             no_bucket = no_bucket or data_exclusion(spec, offer, base)
-            market_reason = reason or (SPOT_POOL_BLOCKED if spot and spot_block_key(offer) in blocked else None)
+            market_reason = reason or (SPOT_POOL_BLOCKED if spot and spot_block_key(offer) in blocked else None) \
+                or quota_blocked(offer, spot, blocked)
             why = market_reason or (est.why_not if not est.fits else None) or no_bucket
             market_reason = market_reason or no_bucket
             if why is None and max_cost is not None and est.cost > max_cost:

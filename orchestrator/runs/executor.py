@@ -110,7 +110,9 @@ def spawn_supervisor(job_id: str, resume: bool = False) -> int:
     return proc.pid
 
 
-def _block_key(offer, scope: str, cloud_error_region: str = "") -> str:
+def _block_key(offer, scope: str, cloud_error_region: str = "", quota=None) -> str:
+    if scope == "quota" and quota is not None:
+        return quota.key()
     if scope == "cloud":
         return offer.cloud
     if scope == "region":
@@ -187,7 +189,7 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
                 outcome = run_attempt(ctx, cand, get_provider)
             if isinstance(outcome, ProviderError):
                 scope = outcome.scope
-                blocked.add(_block_key(cand.offer, scope, outcome.region))
+                blocked.add(_block_key(cand.offer, scope, outcome.region, getattr(outcome, "quota", None)))
                 tried.add(f"{cand.offer.label}{' spot' if cand.spot else ''}", outcome)
                 display.message(f"{cand.offer.label}: {outcome.message} — trying the next candidate")
                 store.add_event(job_id, "provision_failed", {"offer": cand.offer.key, "error": outcome.message})

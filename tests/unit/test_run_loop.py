@@ -12,7 +12,7 @@ import json
 import pytest
 import ray  # noqa: F401  (run_attempt imports it between two clock readings: imported once, here)
 
-from infra.base import CapacityError, CredentialsError, ProvisionError, QuotaError
+from infra.base import CapacityError, CredentialsError, ProvisionError, QuotaError, QuotaScope
 from orchestrator.errors import (EXIT_CREDENTIALS, EXIT_PROVISIONING, CloudCredentialsError,
                                  ProvisioningFailedError)
 from orchestrator.paths import job_log_path
@@ -245,6 +245,30 @@ def test_global_quota_blocks_the_cloud_and_moves_on(store, clock):
     assert len(backends[first.offer.cloud].requests) == 1
     assert len(backends[other].requests) == 1 and store.get_job(job_id)["backend"] == other
     assert_nothing_left(store, job_id, *backends.values())
+
+
+def test_a_scoped_quota_error_blocks_only_what_draws_on_that_quota(store, clock):
+    """AWS's spot G-and-VT vCPU bucket exhausted in one region: the same offers on demand, and that
+    region's other families, are still candidates; the spot G offers there are not tried again."""
+    _, plan, job_id = new_job(store, AWS_JOB + "  spot: always\n")
+    first = plan.chosen
+    assert first.spot and first.offer.instance_type.startswith("g")
+    bucket = QuotaScope(cloud="aws", region=first.offer.region, market="spot", families=("g", "vt"),
+                        quota="L-3819A6DF")
+    aws = FakeBackend("aws", [QuotaError("VcpuLimitExceeded", cloud="aws", region=first.offer.region,
+                                         quota=bucket)], clock=clock)
+
+    res = run(job_id, store, plan, [aws], JobsFactory(clock, SUCCESS), clock)
+
+    assert res.status == "SUCCEEDED"
+    r1, r2 = aws.requests
+    assert not (r2.spot and r2.offer.region == first.offer.region and r2.offer.instance_type[0] == "g")
+    assert r1.offer.key == first.offer.key
+    replan = make_plan(parse_job(AWS_JOB, "job.yaml"), frozenset({bucket.key()}), store)
+    same = [c for c in replan.candidates if c.offer.key == first.offer.key]
+    assert {c.spot: c.eligible for c in same} == {False: True, True: False}
+    assert "L-3819A6DF" in next(c.reason for c in same if c.spot)
+    assert_nothing_left(store, job_id, aws)
 
 
 # --- (3)/(4) failing everywhere ---------------------------------------------------------------------
