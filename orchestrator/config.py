@@ -5,7 +5,6 @@
     mirrors:                  # where cloud nodes get their packages (corporate / air-gapped networks)
       pypi: https://pypi.example.internal/simple   # a PEP 503 index for pip (default: PyPI)
       torch: https://mirror.example.internal/whl   # stands for https://download.pytorch.org/whl
-      apt: http://apt.example.internal/ubuntu      # a Debian/Ubuntu archive (default: the image's own)
     aws:
       subnets: {us-east-2: subnet-0abc}            # launch there instead of the default VPC / dlrun's VPC
 """
@@ -17,7 +16,9 @@ from orchestrator.paths import dlrun_home
 
 DEFAULTS = {"default_deadline": "72h", "optimize": "cost", "mirrors": {}, "aws": {}}
 OBJECTIVES = ("cost", "time")
-MIRROR_KEYS = ("pypi", "torch", "apt")
+# no apt mirror: the boot installs nothing with apt (uv comes from the PyPI index; python3 is on every image
+# that runs cloud-init, which is written in Python)
+MIRROR_KEYS = ("pypi", "torch")
 AWS_KEYS = ("subnets",)
 
 

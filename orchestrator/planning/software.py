@@ -90,7 +90,7 @@ def boot_settings(spec, offer: Offer) -> dict:
 
     mirrors = load_settings().mirrors
     gpus = {"gpu_count": offer.accelerator_count if offer.accelerator else 0, "gpu_memory_gb": offer.gpu_memory_gb,
-            "pip_index_url": mirrors.get("pypi", ""), "apt_mirror": mirrors.get("apt", "")}
+            "pip_index_url": mirrors.get("pypi", "")}
     try:
         plan = software_for(spec, offer)
     except sw.Unsupported:  # the planner excluded it; a forced launch still checks the GPU

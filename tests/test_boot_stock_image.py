@@ -1,0 +1,233 @@
+"""The boot script's install phase for real, in a real stock Debian 12 root file system, against a local
+package index: python3 without `venv`/`ensurepip` and without pip gets uv from the index (the real uv
+wheel, checked against the pinned sha256), a venv, and a real package installed into it.
+
+The root (`mmdebstrap --variant=minbase` + python3, ca-certificates, iproute2, procps, curl, sudo) stands in
+for Canonical's Ubuntu cloud images: Debian's python3 split exactly as Ubuntu's (no ensurepip, no pip), no
+ML packages. It is what the lab's rootfs.py builds (its cache is used when that module is there), else
+this file's own build, cached once under ~/.cache/dlrun-lab/boot-test/. Each run gets the root under an
+overlay (the cached root is never written) in its own mount and PID namespaces, chrooted, with `env -i` as
+cloud-init runs user-data; it shares this machine's network, so the index is a PEP 503 directory served on
+127.0.0.1 (real wheels downloaded once from PyPI into ~/.cache/dlrun-lab/wheels). What it does not
+reproduce: Ubuntu's python3.10 (Debian 12 has 3.11), cloud-init and systemd, a network off this machine
+(the index is the only one the script is given, as with a mirror in an air-gapped VPC).
+Skipped with the reason when not root, without mmdebstrap/unshare/overlayfs, or when PyPI is unreachable
+for the one-time wheel download.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import http.server
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.base import BootstrapConfig
+from infra.vm.bootstrap import UV_VERSION, UV_WHEELS, install_phase, prologue
+
+CACHE = Path(os.environ.get("DLRUN_LAB_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+             / "dlrun-lab")
+PACKAGE = ("six", "1.17.0")  # one small real package (pure Python, no dependencies)
+STOCK_PACKAGES = ("python3", "ca-certificates", "iproute2", "procps", "curl", "sudo")
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _problem() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (mount and PID namespaces, overlayfs, chroot)"
+    for tool in ("mmdebstrap", "unshare", "chroot"):
+        if not shutil.which(tool):
+            return f"needs {tool} (apt-get install -y mmdebstrap util-linux coreutils)"
+    probe = subprocess.run(["unshare", "--mount", "--pid", "--fork", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"cannot make mount/PID namespaces here: {probe.stderr.strip()}"
+    return None
+
+
+def _own_root() -> Path:
+    """This file's own stock root, built once (directory format) under a lock."""
+    key = hashlib.sha256(repr(("bookworm", "minbase", STOCK_PACKAGES)).encode()).hexdigest()[:12]
+    home = CACHE / "boot-test" / f"stock-{key}"
+    if (home / "done").exists():
+        return home / "root"
+    with _locked(CACHE / "boot-test" / ".lock"):
+        if not (home / "done").exists():
+            shutil.rmtree(home, ignore_errors=True)
+            home.mkdir(parents=True)
+            proc = subprocess.run(["mmdebstrap", "--variant=minbase", f"--include={','.join(STOCK_PACKAGES)}",
+                                   "bookworm", str(home / "root")], capture_output=True, text=True, timeout=900)
+            if proc.returncode != 0:
+                pytest.skip(f"mmdebstrap could not build the stock root: {proc.stderr[-500:]}")
+            (home / "done").touch()
+    return home / "root"
+
+
+@functools.lru_cache(maxsize=1)
+def stock_root() -> Path:
+    try:  # the lab's image (tests/fakes/vm/rootfs.py) when this checkout has it: one build for both
+        from tests.fakes.vm.rootfs import stock_root as lab_stock_root
+    except ImportError:
+        return _own_root()
+    return lab_stock_root()
+
+
+def _wheels() -> dict[str, Path]:
+    """{project: wheel} of uv (this machine's arch) and PACKAGE, downloaded from PyPI once."""
+    arch = os.uname().machine
+    if arch not in UV_WHEELS:
+        pytest.skip(f"dlrun pins no uv wheel for {arch}")
+    uv_name, _ = UV_WHEELS[arch]
+    store = CACHE / "wheels"
+    store.mkdir(parents=True, exist_ok=True)
+    want = {"uv": store / uv_name, PACKAGE[0]: store / f"{PACKAGE[0]}-{PACKAGE[1]}-py2.py3-none-any.whl"}
+    if not all(p.exists() for p in want.values()):
+        plat = uv_name.split("-py3-none-")[1].removesuffix(".whl").split(".")[0]
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                               "--platform", plat, "-d", str(store), f"uv=={UV_VERSION}", "==".join(PACKAGE)],
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0 or not all(p.exists() for p in want.values()):
+            pytest.skip(f"could not download the test wheels from PyPI: {proc.stderr[-300:]}")
+    return want
+
+
+def write_index(root: Path, wheels: dict[str, Path], *, sha256_of=None) -> None:
+    """A PEP 503 index at root/simple/PROJECT/ whose links carry #sha256= fragments (as PyPI's do);
+    the files at root/files/. `sha256_of` may override what a link claims."""
+    (root / "files").mkdir(parents=True, exist_ok=True)
+    for project, wheel in wheels.items():
+        target = root / "files" / wheel.name
+        if not target.exists():
+            os.link(wheel, target) if wheel.stat().st_dev == root.stat().st_dev else shutil.copy(wheel, target)
+        digest = (sha256_of or {}).get(project) or hashlib.sha256(wheel.read_bytes()).hexdigest()
+        page = root / "simple" / project
+        page.mkdir(parents=True, exist_ok=True)
+        (page / "index.html").write_text(f'<!DOCTYPE html><html><body><a href="../../files/{wheel.name}'
+                                         f'#sha256={digest}">{wheel.name}</a></body></html>\n')
+
+
+@contextlib.contextmanager
+def serve(directory: Path):
+    """The directory over HTTP on 127.0.0.1 (a thread of this process); yields the base URL."""
+    handler = functools.partial(QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def run_in_root(root: Path, work: Path, script: str, after: str = "", timeout: int = 180):
+    """`script` as cloud-init runs user-data (root, `env -i`, cwd /) in the stock root under an overlay,
+    then `after` (a shell command) in the same root; returns (rc of script, output of after, seconds)."""
+    for d in ("upper", "work", "merged"):
+        (work / d).mkdir(exist_ok=True)
+    (work / "upper" / "boot.sh").write_text(script)
+    inner = "\n".join([
+        "set -e",
+        f"mount -t overlay overlay -o lowerdir={shlex.quote(str(root))},upperdir={work}/upper,"
+        f"workdir={work}/work {work}/merged",
+        f"mount -t proc proc {work}/merged/proc",
+        f"mount --rbind /dev {work}/merged/dev",
+        "set +e",
+        "start=$(date +%s.%N)",
+        f"chroot {work}/merged /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
+        f"/bin/bash -c 'cd / && exec bash /boot.sh' > {work}/boot.out 2>&1",
+        "rc=$?",
+        "end=$(date +%s.%N)",
+        f"echo $rc $start $end > {work}/rc",
+        f"chroot {work}/merged /usr/bin/env -i PATH=/usr/bin:/bin /bin/bash -c {shlex.quote(after or 'true')} "
+        f"> {work}/after.out 2>&1 || true",
+    ])
+    subprocess.run(["unshare", "--mount", "--pid", "--fork", "--kill-child", "bash", "-c", inner],
+                   timeout=timeout, check=False)
+    rc, start, end = (work / "rc").read_text().split()
+    return int(rc), (work / "after.out").read_text(), float(end) - float(start)
+
+
+@pytest.fixture(scope="module")
+def stock():
+    problem = _problem()
+    if problem:
+        pytest.skip(problem)
+    return stock_root(), _wheels()
+
+
+def install_script(cfg: BootstrapConfig, packages: list[str]) -> str:
+    return "\n".join([prologue(), *install_phase(cfg, packages), 'echo "install phase done"', ""])
+
+
+def test_python3_without_venv_gets_a_venv_with_the_package_from_the_index(stock, tmp_path):
+    root, wheels = stock
+    write_index(tmp_path / "index", wheels)
+    with serve(tmp_path / "index") as base:
+        cfg = BootstrapConfig(ray_version="2.60.0", pip_index_url=f"{base}/simple")
+        check = ("python3 -m venv /tmp/v >/dev/null 2>&1 && echo image-has-venv; "
+                 "python3 -m pip --version >/dev/null 2>&1 && echo image-has-pip; "
+                 "/var/lib/dlrun/venv/bin/python -c 'import six, sys; print(six.__version__, sys.prefix)'; "
+                 "cat /var/lib/dlrun/failed 2>/dev/null")
+        rc, after, seconds = run_in_root(root, tmp_path, install_script(cfg, ["==".join(PACKAGE)]), check)
+    log = (tmp_path / "upper" / "var/lib/dlrun/boot.log").read_text()
+    assert rc == 0, log
+    print(f"\ninstall phase on the stock root: {seconds:.1f} s (uv {UV_VERSION} fetched, venv, {'=='.join(PACKAGE)})")
+    assert "image-has-venv" not in after and "image-has-pip" not in after  # the image is as stock as it was
+    assert after.strip() == f"{PACKAGE[1]} /var/lib/dlrun/venv", after
+    assert "install phase done" in log and f"uv {UV_VERSION}: {base}/files/" in log
+
+
+def test_an_unreachable_index_is_named_in_the_failed_marker(stock, tmp_path):
+    root, _ = stock
+    cfg = BootstrapConfig(ray_version="2.60.0", pip_index_url="http://127.0.0.1:9/simple")
+    rc, after, seconds = run_in_root(root, tmp_path, install_script(cfg, ["six"]), "cat /var/lib/dlrun/failed")
+    assert rc != 0
+    assert after.startswith("package index unreachable: http://127.0.0.1:9/simple/uv/ ("), after
+    assert seconds < 30  # retried with backoff (1+2+4+8 s), then reported
+
+
+def test_a_wheel_whose_hash_differs_from_the_pin_is_refused(stock, tmp_path):
+    root, wheels = stock
+    write_index(tmp_path / "index", wheels, sha256_of={"uv": "0" * 64})
+    with serve(tmp_path / "index") as base:
+        cfg = BootstrapConfig(ray_version="2.60.0", pip_index_url=f"{base}/simple/")
+        rc, after, _ = run_in_root(root, tmp_path, install_script(cfg, ["six"]), "cat /var/lib/dlrun/failed; "
+                                   "ls /var/lib/dlrun/bin 2>/dev/null")
+    assert rc != 0 and after.startswith(f"hash mismatch: {base}/simple/uv/ lists uv-{UV_VERSION}-"), after
+    assert "uv\n" not in after  # nothing was extracted
+
+
+def test_a_package_the_index_lacks_is_named(stock, tmp_path):
+    root, wheels = stock
+    write_index(tmp_path / "index", wheels)
+    with serve(tmp_path / "index") as base:
+        cfg = BootstrapConfig(ray_version="2.60.0", pip_index_url=f"{base}/simple")
+        rc, after, _ = run_in_root(root, tmp_path, install_script(cfg, ["six", "no-such-package==1.0"]),
+                                   "cat /var/lib/dlrun/failed")
+    assert rc != 0
+    assert after.strip() == f"package no-such-package not found on {base}/simple (installing six no-such-package==1.0)", after
