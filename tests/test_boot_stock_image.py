@@ -110,19 +110,21 @@ def _wheels() -> dict[str, Path]:
     return want
 
 
-def write_index(root: Path, wheels: dict[str, Path], *, sha256_of=None) -> None:
-    """A PEP 503 index at root/simple/PROJECT/ whose links carry #sha256= fragments (as PyPI's do);
-    the files at root/files/. `sha256_of` may override what a link claims."""
+def write_index(root: Path, wheels: dict, *, sha256_of=None, path: str = "simple") -> None:
+    """A PEP 503 index at root/PATH/PROJECT/ (each project: a wheel or a list of wheels) whose links carry
+    #sha256= fragments (as PyPI's do); the files at root/files/. `sha256_of` may override what a link claims."""
     (root / "files").mkdir(parents=True, exist_ok=True)
-    for project, wheel in wheels.items():
-        target = root / "files" / wheel.name
-        if not target.exists():
-            os.link(wheel, target) if wheel.stat().st_dev == root.stat().st_dev else shutil.copy(wheel, target)
-        digest = (sha256_of or {}).get(project) or hashlib.sha256(wheel.read_bytes()).hexdigest()
-        page = root / "simple" / project
+    for project, files in wheels.items():
+        links = []
+        for wheel in files if isinstance(files, list) else [files]:
+            target = root / "files" / wheel.name
+            if not target.exists():
+                shutil.copy(wheel, target)
+            digest = (sha256_of or {}).get(project) or hashlib.sha256(wheel.read_bytes()).hexdigest()
+            links.append(f'<a href="/files/{wheel.name}#sha256={digest}">{wheel.name}</a><br>')
+        page = root / path / project
         page.mkdir(parents=True, exist_ok=True)
-        (page / "index.html").write_text(f'<!DOCTYPE html><html><body><a href="../../files/{wheel.name}'
-                                         f'#sha256={digest}">{wheel.name}</a></body></html>\n')
+        (page / "index.html").write_text(f"<!DOCTYPE html><html><body>{''.join(links)}</body></html>\n")
 
 
 @contextlib.contextmanager
@@ -148,7 +150,7 @@ def run_in_root(root: Path, work: Path, script: str, after: str = "", timeout: i
     """`script` as cloud-init runs user-data (root, `env -i`, cwd /) in the stock root under an overlay,
     then `after` (a shell command) in the same root; returns (rc of script, output of after, seconds)."""
     for d in ("upper", "work", "merged"):
-        (work / d).mkdir(exist_ok=True)
+        (work / d).mkdir(parents=True, exist_ok=True)
     (work / "upper" / "boot.sh").write_text(script)
     inner = "\n".join([
         "set -e",
@@ -231,3 +233,64 @@ def test_a_package_the_index_lacks_is_named(stock, tmp_path):
                                    "cat /var/lib/dlrun/failed")
     assert rc != 0
     assert after.strip() == f"package no-such-package not found on {base}/simple (installing six no-such-package==1.0)", after
+
+
+def make_wheel(directory: Path, name: str, version: str, *, requires=(), marker: str = "") -> Path:
+    """A minimal pure-Python wheel: package `name` whose __init__ says `marker`, with Requires-Dist lines."""
+    import base64
+    import zipfile
+
+    dist = f"{name.replace('-', '_')}-{version}"
+    files = {
+        f"{name.replace('-', '_')}/__init__.py": f"BUILD = {marker!r}\n",
+        f"{dist}.dist-info/METADATA": "Metadata-Version: 2.1\n"
+                                      f"Name: {name}\nVersion: {version}\n"
+                                      + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: dlrun-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data.encode()).digest()).rstrip(b'=').decode()},"
+                     f"{len(data.encode())}\n" for path, data in files.items()) + f"{dist}.dist-info/RECORD,,\n"
+    directory.mkdir(parents=True, exist_ok=True)
+    wheel = directory / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, data in {**files, f"{dist}.dist-info/RECORD": record}.items():
+            zf.writestr(path, data)
+    return wheel
+
+
+def test_torch_from_its_index_stays_when_later_packages_need_torch(stock, tmp_path):
+    """The planned torch build (a local version, `+cpu`, as download.pytorch.org names it) comes from the
+    torch index even though PyPI has the same version; a dependency that only PyPI has comes from PyPI (a
+    torch mirror holding torch's wheels alone works); a later package that requires torch keeps that build,
+    and one that requires another torch fails the boot with the conflict (the constraint) instead of
+    replacing the planned build with PyPI's. The torch wheels here are stand-ins (a module saying which
+    build it is), so this shows uv's index order and the constraint, not torch."""
+    root, wheels = stock
+    made = tmp_path / "made"
+    pypi = {"uv": wheels["uv"], "six": wheels["six"],
+            "torch": [make_wheel(made / "pypi", "torch", "2.13.0", marker="pypi"),  # and a newer one
+                      make_wheel(made / "pypi", "torch", "2.14.0", marker="pypi")],
+            "needs-torch": make_wheel(made / "pypi", "needs-torch", "1.0", requires=["torch>=2"], marker="job"),
+            "needs-newer-torch": make_wheel(made / "pypi", "needs-newer-torch", "1.0", requires=["torch>=2.14"])}
+    write_index(tmp_path / "index", pypi)
+    torch_cpu = make_wheel(made / "cpu", "torch", "2.13.0+cpu", requires=["six"], marker="cpu")
+    write_index(tmp_path / "index", {"torch": torch_cpu}, path="whl/cpu")  # as download.pytorch.org/whl/cpu
+    with serve(tmp_path / "index") as base:
+        cfg = BootstrapConfig(ray_version="2.60.0", pip_index_url=f"{base}/simple",
+                              torch_requirement="torch==2.13.0", torch_index_url=f"{base}/whl/cpu")
+        check = ("/var/lib/dlrun/venv/bin/python -c 'import importlib.metadata as m, torch, six, needs_torch; "
+                 "print(m.version(\"torch\"), torch.BUILD, needs_torch.BUILD)'")
+        rc, after, seconds = run_in_root(root, tmp_path, install_script(cfg, ["needs-torch==1.0"]), check)
+    log = (tmp_path / "upper" / "var/lib/dlrun/boot.log").read_text()
+    assert rc == 0, log
+    assert after.strip() == "2.13.0+cpu cpu job", after + log
+
+    with serve(tmp_path / "index") as base:
+        cfg = BootstrapConfig(ray_version="2.60.0", pip_index_url=f"{base}/simple",
+                              torch_requirement="torch==2.13.0", torch_index_url=f"{base}/whl/cpu")
+        rc, after, _ = run_in_root(root, tmp_path / "newer", install_script(cfg, ["needs-newer-torch==1.0"]),
+                                   "cat /var/lib/dlrun/failed; /var/lib/dlrun/venv/bin/python -c "
+                                   "'import importlib.metadata as m; print(m.version(\"torch\"))'")
+    assert rc != 0
+    assert after.startswith(f"could not install needs-newer-torch==1.0 from {base}/simple: "), after
+    assert "torch==2.13.0" in after and after.strip().endswith("2.13.0+cpu"), after  # the planned build stays
