@@ -22,7 +22,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 
-ATTEMPTS = 5  # a network that is still coming up at first boot: 1 + 2 + 4 + 8 s between tries
+ATTEMPTS = 4  # a network that is still coming up at first boot: 1 + 2 + 4 s between tries
 
 
 class _Links(html.parser.HTMLParser):
