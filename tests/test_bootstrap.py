@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import sys
 import time
 
 import pytest
@@ -26,6 +27,9 @@ if [ "$1" = "-" ]; then
   cat > /dev/null
   if [ -e "$STUB_DIR/uv_fails" ]; then cat "$STUB_DIR/uv_fails"; exit 1; fi
   mkdir -p "$3" && cp "$STUB_DIR/bin/uv.stub" "$3/uv" && chmod +x "$3/uv"; exit 0
+fi
+if [ "$1" = "-c" ] && [ -e "$STUB_DIR/old_python" ]; then  # the image's python3 is 3.8
+  case "$2" in *print*) echo 3.8; exit 0;; *version_info*) exit 1;; esac
 fi
 if [ "$1 $2 $3" = "-m ray.scripts.scripts start" ] && [ -e "$STUB_DIR/fails" ]; then
   left=$(cat "$STUB_DIR/fails")
@@ -300,3 +304,70 @@ def test_a_restart_before_the_token_arrived_still_waits_for_it(node, monkeypatch
     assert node(script, token=None)[0] != 0
     rc, _, node_dir, out = node(script)
     assert rc == 0 and not (node_dir / "failed").exists(), out
+
+
+# --- what the image lacks -----------------------------------------------------------------------------
+
+def test_an_image_without_python3_fails_at_once_saying_so(node, tmp_path):
+    """PATH holds only the tools a stock image has, python3 left out."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in ("mkdir", "chmod", "rm", "tee", "cat", "date", "cut", "bash", "seq", "sleep", "touch"):
+        found = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+        (tools / tool).symlink_to(found)
+    (tmp_path / "bin" / "python3").unlink()
+    script = startup_script(CFG, is_head=True).replace("set -uo pipefail", f"set -uo pipefail\nPATH={tools}:{tmp_path}/bin")
+    rc, calls, node_dir, out = node(script)
+    assert rc != 0 and not uv_calls(calls, ""), out
+    assert (node_dir / "failed").read_text() == "this image has no python3 (dlrun needs python3 >= 3.10 on the image)\n"
+
+
+def test_a_python3_older_than_ray_needs_fails_at_once_saying_so(node, tmp_path):
+    (tmp_path / "old_python").touch()
+    rc, calls, node_dir, _ = node(startup_script(CFG, is_head=True))
+    assert rc != 0 and not [c for c in calls if c.startswith("python - ")]
+    failed = (node_dir / "failed").read_text()
+    assert failed.startswith("this image's python3 is 3.8 (") and failed.endswith("); dlrun needs python3 >= 3.10\n")
+
+
+def _get_uv(*args):
+    from infra.vm.bootstrap import GET_UV
+
+    return subprocess.run([sys.executable, "-", *map(str, args)], input=GET_UV, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_get_uv_names_an_architecture_dlrun_has_no_wheel_for(tmp_path):
+    from infra.vm.bootstrap import UV_WHEELS
+
+    pins = [f"{arch}={name}={sha}" for arch, (name, sha) in UV_WHEELS.items()]
+    proc = _get_uv("http://127.0.0.1:9/simple", tmp_path, "riscv64", UV_VERSION, *pins)
+    assert proc.returncode == 1 and not (tmp_path / "uv").exists()
+    assert proc.stdout.strip() == f"no uv wheel for this machine's architecture riscv64 (dlrun pins uv {UV_VERSION} for aarch64, x86_64)"
+
+
+def test_get_uv_names_an_index_without_the_pinned_wheel(tmp_path):
+    """A PEP 503 page for uv that lists other files only (an older uv, say): the index answers, the wheel is
+    not there. Served by http.server from a directory."""
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "idx" / "simple" / "uv").mkdir(parents=True)
+    (tmp_path / "idx" / "simple" / "uv" / "index.html").write_text(
+        '<a href="/f/uv-0.1.0-py3-none-manylinux_2_17_x86_64.whl#sha256=00">uv-0.1.0</a>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "idx"))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        proc = _get_uv(base, tmp_path / "bin", "x86_64", UV_VERSION, "x86_64=uv-9-x86_64.whl=" + "a" * 64)
+        missing = _get_uv(base.replace("/simple", "/nothing-here"), tmp_path / "bin", "x86_64", UV_VERSION,
+                          "x86_64=uv-9-x86_64.whl=" + "a" * 64)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 1
+    assert proc.stdout.strip() == f"no uv wheel for x86_64 on the package index: {base}/uv/ lists no uv-9-x86_64.whl (uv {UV_VERSION})"
+    assert missing.returncode == 1 and missing.stdout.startswith("the package index ") and "answered HTTP 404" in missing.stdout
