@@ -146,12 +146,14 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def run_in_root(root: Path, work: Path, script: str, after: str = "", timeout: int = 180):
-    """`script` as cloud-init runs user-data (root, `env -i`, cwd /) in the stock root under an overlay,
-    then `after` (a shell command) in the same root; returns (rc of script, output of after, seconds)."""
+def run_in_root(root: Path, work: Path, script: str, after: str = "", timeout: int = 180,
+                path: str = "/boot.sh"):
+    """`script` as cloud-init runs user-data (root, `env -i`, cwd /, from `path`) in the stock root under an
+    overlay, then `after` (a shell command) in the same root; returns (rc of script, output of after, seconds)."""
     for d in ("upper", "work", "merged"):
         (work / d).mkdir(parents=True, exist_ok=True)
-    (work / "upper" / "boot.sh").write_text(script)
+    (work / "upper" / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    (work / "upper" / path.lstrip("/")).write_text(script)
     inner = "\n".join([
         "set -e",
         f"mount -t overlay overlay -o lowerdir={shlex.quote(str(root))},upperdir={work}/upper,"
@@ -161,7 +163,7 @@ def run_in_root(root: Path, work: Path, script: str, after: str = "", timeout: i
         "set +e",
         "start=$(date +%s.%N)",
         f"chroot {work}/merged /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
-        f"/bin/bash -c 'cd / && exec bash /boot.sh' > {work}/boot.out 2>&1",
+        f"/bin/bash -c 'cd / && exec bash {path}' > {work}/boot.out 2>&1",
         "rc=$?",
         "end=$(date +%s.%N)",
         f"echo $rc $start $end > {work}/rc",
@@ -294,3 +296,20 @@ def test_torch_from_its_index_stays_when_later_packages_need_torch(stock, tmp_pa
     assert rc != 0
     assert after.startswith(f"could not install needs-newer-torch==1.0 from {base}/simple: "), after
     assert "torch==2.13.0" in after and after.strip().endswith("2.13.0+cpu"), after  # the planned build stays
+
+
+def test_run_as_ec2_user_data_it_also_runs_at_every_later_boot(stock, tmp_path):
+    """cloud-init runs user-data once per instance, from /var/lib/cloud/instance/scripts/part-001: the script
+    copies itself into cloud-init's per-boot scripts, so that a rebooted EC2 node runs it again (and
+    rejoins with its token, see test_bootstrap.py); run from anywhere else (GCE's runner), it does not."""
+    root, wheels = stock
+    write_index(tmp_path / "index", wheels)
+    with serve(tmp_path / "index") as base:
+        script = install_script(BootstrapConfig(ray_version="2.60.0", pip_index_url=f"{base}/simple"), ["six"])
+        rc, after, _ = run_in_root(root, tmp_path / "ec2", script, "ls /var/lib/cloud/scripts/per-boot/",
+                                   path="/var/lib/cloud/instance/scripts/part-001")
+        assert rc == 0 and after == "dlrun-boot.sh\n", after
+        assert (tmp_path / "ec2/upper/var/lib/cloud/scripts/per-boot/dlrun-boot.sh").read_text() == script
+        rc, after, _ = run_in_root(root, tmp_path / "gce", script, "ls /var/lib/cloud/scripts/per-boot/ 2>&1",
+                                   path="/tmp/startup-script-123")
+        assert rc == 0 and "No such file" in after, after

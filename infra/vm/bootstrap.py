@@ -55,6 +55,12 @@ fail() { echo "dlrun boot failed: $1"; echo "$1" > "$NODE_DIR/failed"; exit 1; }
 trap 'fail "line $LINENO: \`$BASH_COMMAND\` exited with $?"' ERR
 set -eE
 BOOTS=$(( $(cat "$NODE_DIR/boots" 2>/dev/null || echo 0) + 1 )); echo "$BOOTS" > "$NODE_DIR/boots"
+# EC2 runs user-data once per instance (cloud-init's scripts_user, from /var/lib/cloud/instance/scripts/):
+# to run again after a reboot (a scheduled maintenance event) this script puts itself among cloud-init's
+# per-boot scripts (/var/lib/cloud/scripts/per-boot/, run at every later boot). GCE runs its
+# startup-script at every boot by itself.
+case "$0" in /var/lib/cloud/instance/scripts/*|/var/lib/cloud/instances/*/scripts/*)
+  install -D -m 700 "$0" /var/lib/cloud/scripts/per-boot/dlrun-boot.sh;; esac
 echo "dlrun boot $BOOTS of this disk starts at $(date -u +%%FT%%TZ)"
 # uv: its cache next to the venv (same file system: files are hard-linked, not copied), never a Python
 # download (the image's python3 is the one), the system's CA certificates (a corporate mirror's CA)

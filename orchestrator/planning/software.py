@@ -105,8 +105,8 @@ def boot_settings(spec, offer: Offer) -> dict:
 # their 8 GiB / 10 GB default disk [unverified: measure with df on a fresh VM]; a deep-learning image
 # carries several CUDA toolkits (the AWS base OSS driver AMI lists four CUDA stacks) [unverified; the
 # providers take the larger of this size and the image's own disk size]. The venv, measured or summed
-# from PyPI: Ray[default,train] with numpy, scikit-learn, pandas, pyarrow and scipy is 0.7 GB installed (this
-# repo's venv, torch 2.13 CPU: 754 MB); a CUDA torch downloads ~2.5 GB (PyPI, 2026-11-26: torch 2.15.0
+# from PyPI: Ray[default,train] 2.60 + torch 2.13 CPU + scikit-learn + numpy installed by the boot script into
+# a stock Debian 12 root is 1.5 GB (2026-11-26; torch alone 754 MB); a CUDA torch downloads ~2.5 GB (PyPI, 2026-11-26: torch 2.15.0
 # manylinux x86_64 539 MB, triton 286 MB, nvidia-cudnn-cu13 517 MB, -nccl 305 MB, -nvshmem 182 MB,
 # -cusparselt 170 MB, plus cuBLAS) and about twice that installed. SCRATCH: checkpoints written on the node
 # before they are uploaded, Ray's session logs and object spilling under /tmp/ray; the job's other
