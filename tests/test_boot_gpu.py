@@ -89,7 +89,7 @@ def test_a_pinned_old_torch_comes_from_its_index_and_is_not_reinstalled(node, tm
     assert rc == 0, out
     torch, rest = uv_calls(calls)
     assert torch[7:] == ["--extra-index-url", "https://download.pytorch.org/whl/cu113", "torch<=1.12,==1.12.*"]
-    assert rest[9:] == ["ray[default,train]==2.60.0", "scikit-learn", "numpy", "einops==0.8.0"]
+    assert rest[9:] == ["ray[default,train]==2.60.0", "scikit-learn", "numpy", "pip", "einops==0.8.0"]
 
 
 def test_a_cpu_offer_gets_cpu_wheels_and_no_gpu_check(node, tmp_path):

@@ -117,7 +117,7 @@ def test_head_installs_the_pinned_ray_into_a_venv_and_starts_the_head(node):
     (pip,) = uv_calls(calls)
     assert pip[:7] == ["uv", "pip", "install", "--python", f"{node_dir}/venv/bin/python", "--index-url",
                        "https://pypi.org/simple"]
-    assert pip[7:] == ["ray[default,train]==2.60.0", "torch", "scikit-learn", "numpy", "einops==0.8.0"]
+    assert pip[7:] == ["ray[default,train]==2.60.0", "torch", "scikit-learn", "numpy", "pip", "einops==0.8.0"]
     (start,) = [c for c in calls if "ray.scripts.scripts" in c]
     assert "start --head" in start and "--port=6379 --dashboard-host=127.0.0.1 --dashboard-port=8265" in start
     assert start.endswith("[auth=token token=s3cret-token]")  # Ray starts with token auth, the token handed over
@@ -170,7 +170,7 @@ def test_a_package_the_index_lacks_is_named_in_the_failed_marker_and_the_log(nod
     assert rc != 0 and not (node_dir / "ready").exists()
     assert (node_dir / "failed").read_text() == (
         "package einops not found on https://pypi.org/simple (installing ray[default,train]==2.60.0 torch "
-        "scikit-learn numpy einops==0.8.0)\n")
+        "scikit-learn numpy pip einops==0.8.0)\n")
     assert "einops was not found in the package registry" in (node_dir / "boot.log").read_text()
 
 
@@ -178,7 +178,7 @@ def test_any_other_install_failure_carries_uv_s_last_words(node):
     rc, _, node_dir, _ = node(startup_script(CFG, is_head=True), pip_fails="")  # "Because  was not found"
     failed = (node_dir / "failed").read_text()
     assert rc != 0 and failed.startswith("could not install ray[default,train]==2.60.0 torch scikit-learn numpy "
-                                         "einops==0.8.0 from https://pypi.org/simple: ")
+                                         "pip einops==0.8.0 from https://pypi.org/simple: ")
     assert "No solution found when resolving dependencies" in failed
 
 

@@ -25,6 +25,9 @@ from infra.vm import gpu_check
 
 NODE_DIR = "/var/lib/dlrun"
 BASE_PACKAGES = ("torch", "scikit-learn", "numpy")
+# a uv venv has no pip of its own, and Ray's pip runtime_env (how dlrun passes a job's `requirements:`)
+# clones this venv and runs `python -m pip install` in the clone (ray/_private/runtime_env/pip.py)
+VENV_TOOLS = ("pip",)
 # a worker usually boots before the head has finished installing Ray: keep trying to join
 JOIN_ATTEMPTS = 90
 JOIN_RETRY_S = 10
@@ -165,7 +168,7 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
     """A bash script for cloud-init (AWS user-data) or GCE `startup-script` metadata."""
     if not is_head and not head_ip:
         raise ValueError("a worker node needs the head's private IP")
-    packages = [f"ray[default,train]=={cfg.ray_version}", *BASE_PACKAGES, *cfg.python_packages]
+    packages = [f"ray[default,train]=={cfg.ray_version}", *BASE_PACKAGES, *VENV_TOOLS, *cfg.python_packages]
     if cfg.torch_requirement:  # the planned torch: from its own wheel index, first (else with the rest)
         packages = [p for p in packages if not gpu_check.is_torch(p)]
         if not cfg.torch_index_url:
