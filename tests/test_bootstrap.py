@@ -346,28 +346,68 @@ def test_get_uv_names_an_architecture_dlrun_has_no_wheel_for(tmp_path):
     assert proc.stdout.strip() == f"no uv wheel for this machine's architecture riscv64 (dlrun pins uv {UV_VERSION} for aarch64, x86_64)"
 
 
-def test_get_uv_names_an_index_without_the_pinned_wheel(tmp_path):
-    """A PEP 503 page for uv that lists other files only (an older uv, say): the index answers, the wheel is
-    not there. Served by http.server from a directory."""
+@pytest.fixture
+def index_dir(tmp_path):
+    """A directory served over HTTP on 127.0.0.1 (http.server): (directory, base URL)."""
     import functools
     import http.server
     import threading
 
-    (tmp_path / "idx" / "simple" / "uv").mkdir(parents=True)
-    (tmp_path / "idx" / "simple" / "uv" / "index.html").write_text(
-        '<a href="/f/uv-0.1.0-py3-none-manylinux_2_17_x86_64.whl#sha256=00">uv-0.1.0</a>')
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "idx"))
+    root = tmp_path / "idx"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     handler.log_message = lambda *a: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        base = f"http://127.0.0.1:{server.server_address[1]}/simple"
-        proc = _get_uv(base, tmp_path / "bin", "x86_64", UV_VERSION, "x86_64=uv-9-x86_64.whl=" + "a" * 64)
-        missing = _get_uv(base.replace("/simple", "/nothing-here"), tmp_path / "bin", "x86_64", UV_VERSION,
-                          "x86_64=uv-9-x86_64.whl=" + "a" * 64)
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _page(root, links: str):
+    (root / "simple" / "uv").mkdir(parents=True, exist_ok=True)
+    (root / "simple" / "uv" / "index.html").write_text(links)
+
+
+def test_get_uv_names_an_index_without_the_pinned_wheel(tmp_path, index_dir):
+    """A PEP 503 page for uv that lists other files only (an older uv, say): the index answers, the wheel is
+    not there; and an index path that answers 404."""
+    root, url = index_dir
+    _page(root, '<a href="/f/uv-0.1.0-py3-none-manylinux_2_17_x86_64.whl#sha256=00">uv-0.1.0</a>')
+    base = f"{url}/simple"
+    proc = _get_uv(base, tmp_path / "bin", "x86_64", UV_VERSION, "x86_64=uv-9-x86_64.whl=" + "a" * 64)
+    missing = _get_uv(f"{url}/nothing-here", tmp_path / "bin", "x86_64", UV_VERSION, "x86_64=uv-9-x86_64.whl=" + "a" * 64)
     assert proc.returncode == 1
     assert proc.stdout.strip() == f"no uv wheel for x86_64 on the package index: {base}/uv/ lists no uv-9-x86_64.whl (uv {UV_VERSION})"
     assert missing.returncode == 1 and missing.stdout.startswith("the package index ") and "answered HTTP 404" in missing.stdout
+
+
+def _wheel_bytes(version: str, binary: bytes) -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(f"uv-{version}.data/scripts/uv", binary)
+    return buf.getvalue()
+
+
+def test_get_uv_checks_the_downloaded_file_against_the_pin_and_extracts_the_binary(tmp_path, index_dir):
+    """A page without #sha256= fragments (PEP 503 makes them optional): the pin alone decides. A file that
+    is not the pinned one is refused and nothing is written; the pinned one gives DEST/uv, executable."""
+    import hashlib
+
+    root, url = index_dir
+    good = _wheel_bytes("9", b"#!/bin/sh\necho uv 9\n")
+    (root / "f").mkdir()
+    (root / "f" / "uv-9-x86_64.whl").write_bytes(b"something else")
+    _page(root, '<a href="../../f/uv-9-x86_64.whl">uv-9-x86_64.whl</a>')  # a relative link, as PyPI's
+    pin = "x86_64=uv-9-x86_64.whl=" + hashlib.sha256(good).hexdigest()
+    bad = _get_uv(f"{url}/simple/", tmp_path / "bin", "x86_64", "9", pin)
+    assert bad.returncode == 1 and not (tmp_path / "bin" / "uv").exists()
+    assert bad.stdout.strip() == (f"hash mismatch: {url}/f/uv-9-x86_64.whl has sha256 "
+                                  f"{hashlib.sha256(b'something else').hexdigest()}; dlrun pins {pin.rsplit('=', 1)[1]}")
+    (root / "f" / "uv-9-x86_64.whl").write_bytes(good)
+    ok = _get_uv(f"{url}/simple/", tmp_path / "bin", "x86_64", "9", pin)
+    assert ok.returncode == 0 and ok.stdout == "", ok.stdout + ok.stderr
+    assert subprocess.run([tmp_path / "bin" / "uv"], capture_output=True, text=True).stdout == "uv 9\n"
