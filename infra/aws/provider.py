@@ -111,9 +111,10 @@ class AwsProvider(VmProvider):
             return [network.fixed_zone]
         return self.zones(request.offer.region)
 
-    def network(self, region: str, owner: str = "") -> vpc.Network:
-        """The VPC this region's clusters go in (infra/aws/vpc.py), chosen once per provider."""
-        if region not in self._networks:
+    def network(self, region: str, owner: str = "", *, fresh: bool = False) -> vpc.Network:
+        """The VPC this region's clusters go in (infra/aws/vpc.py): chosen again by each launch's prepare
+        (a long-lived scheduler must notice a VPC or subnet that changed since), reused within it."""
+        if fresh or region not in self._networks:
             self._networks[region] = vpc.choose(self._ec2(region), region, user_subnet=self.subnets.get(region, ""),
                                                 owner=owner or owner_identity())
         return self._networks[region]
@@ -128,7 +129,7 @@ class AwsProvider(VmProvider):
         ami, ssh_user = self._amis[key]
         tags = {TAG_CLUSTER: request.cluster_id, TAG_JOB: request.job_id,
                 TAG_OWNER: request.owner or owner_identity()}
-        network = self.network(region, tags[TAG_OWNER])
+        network = self.network(region, tags[TAG_OWNER], fresh=True)
         group_id, made_group = net.ensure_security_group(ec2, request.cluster_id, tags, ssh_cidr, network.vpc_id)
         if made_group:
             created.firewalls.append(group_id)
