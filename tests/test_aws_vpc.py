@@ -234,3 +234,20 @@ def test_the_root_volume_is_never_smaller_than_the_images_own():
         assert root_volume(ec2, "ami-0123456789abcdef0", 0, gpu=True) == {"DeviceName": "/dev/xvda", "Ebs": {
             "VolumeSize": 140, "VolumeType": "gp3", "DeleteOnTermination": True}}
         assert root_volume(ec2, "ami-0123456789abcdef0", 200, gpu=True)["Ebs"]["VolumeSize"] == 200
+
+
+def test_a_new_vpc_not_yet_visible_to_the_next_call_is_waited_for(bare, monkeypatch):
+    """EC2's eventual consistency: right after CreateVpc / CreateInternetGateway the next call may answer
+    InvalidVpcID.NotFound ("The vpc ID 'vpc-…' does not exist"); dlrun retries it, bounded."""
+    from tests.fakes.aws_faults import answer_error
+
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    log = answer_error(bare, "AttachInternetGateway", "InvalidVpcID.NotFound", times=2,
+                       message="The vpc ID 'vpc-0123456789abcdef0' does not exist")
+    provider = make_provider(bare)
+    cluster = provider.launch(make_request("settling"))
+    assert [hit for _, hit in log.calls] == [True, True, False]
+    (own,) = dlrun_vpcs(bare.client("ec2"))
+    assert bare.client("ec2").describe_internet_gateways(
+        Filters=[{"Name": "attachment.vpc-id", "Values": [own["VpcId"]]}])["InternetGateways"]
+    provider.terminate(cluster)

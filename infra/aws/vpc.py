@@ -75,6 +75,29 @@ def configured_subnets() -> dict[str, str]:
     return {str(k): v for k, v in subnets.items() if isinstance(v, str)}
 
 
+# EC2 is eventually consistent: a resource just made may be "not found" by the next call for a few seconds
+# (docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html); such calls are retried, bounded
+NOT_YET = frozenset({"InvalidVpcID.NotFound", "InvalidInternetGatewayID.NotFound", "InvalidSubnetID.NotFound",
+                     "InvalidRouteTableID.NotFound", "InvalidGatewayID.NotFound"})
+NOT_YET_WAIT_S = 60.0
+
+
+def _settled(call, *args, sleep=None, **kwargs):
+    """call(*args, **kwargs), retried with a growing pause while EC2 does not see a new resource yet."""
+    import time
+
+    sleep = sleep or time.sleep
+    deadline, pause = time.monotonic() + NOT_YET_WAIT_S, 0.5
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except ClientError as e:
+            if error_code(e) not in NOT_YET or time.monotonic() + pause > deadline:
+                raise
+        sleep(pause)
+        pause = min(pause * 2, 8.0)
+
+
 def _tags(owner: str, name: str) -> dict[str, str]:
     return {TAG_NETWORK: NETWORK_NAME, TAG_OWNER: owner, "Name": name}
 
@@ -188,18 +211,26 @@ def _ensure_gateway(ec2, vpc_id: str, owner: str) -> str:
         return attached[0]["InternetGatewayId"]
     gateway = ec2.create_internet_gateway(
         TagSpecifications=_spec("internet-gateway", _tags(owner, NETWORK_NAME)))["InternetGateway"]["InternetGatewayId"]
-    ec2.attach_internet_gateway(InternetGatewayId=gateway, VpcId=vpc_id)
+    _settled(ec2.attach_internet_gateway, InternetGatewayId=gateway, VpcId=vpc_id)
     return gateway
 
 
 def _ensure_route(ec2, vpc_id: str, gateway: str) -> None:
     """0.0.0.0/0 through the gateway in the VPC's main route table (subnets without a table of their own
     use it): what makes the subnets public."""
-    (table,) = ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc_id]},
-                                                 {"Name": "association.main", "Values": ["true"]}])["RouteTables"]
+    def main_table():
+        found = ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc_id]},
+                                                   {"Name": "association.main", "Values": ["true"]}])["RouteTables"]
+        if not found:  # a VPC just made: its main table is not listed yet
+            raise ClientError({"Error": {"Code": "InvalidRouteTableID.NotFound",
+                                         "Message": f"no main route table listed for {vpc_id} yet"}},
+                              "DescribeRouteTables")
+        return found[0]
+    table = _settled(main_table)
     route = next((r for r in table.get("Routes", []) if r.get("DestinationCidrBlock") == "0.0.0.0/0"), None)
     if route is None:
-        ec2.create_route(RouteTableId=table["RouteTableId"], DestinationCidrBlock="0.0.0.0/0", GatewayId=gateway)
+        _settled(ec2.create_route, RouteTableId=table["RouteTableId"], DestinationCidrBlock="0.0.0.0/0",
+                 GatewayId=gateway)
     elif route.get("GatewayId") != gateway or route.get("State") == "blackhole":
         ec2.replace_route(RouteTableId=table["RouteTableId"], DestinationCidrBlock="0.0.0.0/0", GatewayId=gateway)
 
@@ -216,10 +247,10 @@ def _dlrun_subnet(ec2, network: Network, zone: str, owner: str) -> dict:
         if free is None:
             raise ProvisionError(f"dlrun's VPC {network.vpc_id} in {network.region} has no free /{SUBNET_PREFIX} "
                                  f"for a subnet in {zone}", cloud="aws", region=network.region, zone=zone)
-        subnet = ec2.create_subnet(VpcId=network.vpc_id, CidrBlock=str(free), AvailabilityZone=zone,
-                                   TagSpecifications=_spec("subnet", _tags(owner, f"{NETWORK_NAME}-{zone}")))["Subnet"]
+        subnet = _settled(ec2.create_subnet, VpcId=network.vpc_id, CidrBlock=str(free), AvailabilityZone=zone,
+                          TagSpecifications=_spec("subnet", _tags(owner, f"{NETWORK_NAME}-{zone}")))["Subnet"]
     if not subnet.get("MapPublicIpOnLaunch"):  # a new subnet maps no public IPs (CreateSubnet's default)
-        ec2.modify_subnet_attribute(SubnetId=subnet["SubnetId"], MapPublicIpOnLaunch={"Value": True})
+        _settled(ec2.modify_subnet_attribute, SubnetId=subnet["SubnetId"], MapPublicIpOnLaunch={"Value": True})
     return subnet
 
 
