@@ -251,3 +251,28 @@ def test_a_new_vpc_not_yet_visible_to_the_next_call_is_waited_for(bare, monkeypa
     assert bare.client("ec2").describe_internet_gateways(
         Filters=[{"Name": "attachment.vpc-id", "Values": [own["VpcId"]]}])["InternetGateways"]
     provider.terminate(cluster)
+
+
+def test_a_login_that_may_not_make_a_vpc_skips_the_region_with_what_to_do(bare):
+    from tests.fakes.aws_faults import answer_error
+
+    answer_error(bare, "CreateVpc", "UnauthorizedOperation", status=403,
+                 message="You are not authorized to perform this operation.")
+    with pytest.raises(ProvisionError) as err:
+        make_provider(bare).launch(make_request("no-rights"))
+    e = err.value
+    assert type(e) is ProvisionError and e.scope == "region" and e.region == REGION  # not a credentials error
+    assert "ec2:CreateVpc" in e.message and "aws.subnets.us-east-1" in e.message and "\n" not in e.message
+    assert_nothing_left(bare.client("ec2"), "no-rights")
+
+
+def test_the_vpc_quota_full_is_a_quota_error_for_the_region(bare):
+    from infra.base import QuotaError
+    from tests.fakes.aws_faults import answer_error
+
+    answer_error(bare, "CreateVpc", "VpcLimitExceeded", message="The maximum number of VPCs has been reached.")
+    with pytest.raises(QuotaError) as err:
+        make_provider(bare).launch(make_request("five-vpcs"))
+    assert err.value.scope == "region" and "VpcLimitExceeded" in err.value.message
+    assert '"VPCs per Region"' in err.value.message and "aws.subnets.us-east-1" in err.value.message
+    assert_nothing_left(bare.client("ec2"), "five-vpcs")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from botocore.exceptions import ClientError
 
 from infra.aws.errors import error_code
-from infra.base import TAG_OWNER, ProvisionError
+from infra.base import TAG_OWNER, ProvisionError, QuotaError
 
 TAG_NETWORK = "dlrun-network"      # on dlrun's kept VPC and its parts; value: NETWORK_NAME
 NETWORK_NAME = "dlrun"
@@ -193,6 +193,13 @@ def ensure_dlrun_vpc(ec2, region: str, owner: str = "") -> str:
         _ensure_route(ec2, vpc_id, gateway)
         return vpc_id
     except ClientError as e:
+        if error_code(e) in ("VpcLimitExceeded", "InternetGatewayLimitExceeded"):
+            what = "VPCs per Region" if error_code(e) == "VpcLimitExceeded" else "Internet gateways per Region"
+            raise QuotaError(f"{region} has no default VPC and dlrun's own needs one more, but the quota "
+                             f"\"{what}\" is full there ({error_code(e)}; default 5): raise it in the Service "
+                             f"Quotas console (service \"Amazon Virtual Private Cloud (Amazon VPC)\"), delete an "
+                             f"unused one, or name a subnet in $DLRUN_HOME/config.yaml {CONFIG_KEY}.{region}",
+                             cloud="aws", region=region) from None
         if error_code(e) in ("UnauthorizedOperation", "AccessDenied"):
             err = ProvisionError(
                 f"{region} has no default VPC and this AWS login may not make dlrun's own "
