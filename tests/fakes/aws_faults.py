@@ -6,6 +6,12 @@ handler runs, so moto would still carry out a call whose answer we replace there
   an EC2 call that failed and changed nothing. botocore raises the same ClientError as for AWS.
 - `throttle_operation` answers at `before-send` with EC2's real XML error body and HTTP 503, so
   botocore's retry policy (backoff, then retry) runs for real. Use it on read-only operations only.
+- `answer_error` answers at `before-send` with EC2's own XML error document (EC2_ERRORS holds EC2's
+  wording), so botocore parses it and retries a throttling answer as for AWS; it points the answered
+  request away from moto, so even a write operation changes nothing. Prefer it for new tests.
+- `end_while_starting` lets RunInstances succeed, then ends the new instances in moto's backend with the
+  StateReason EC2 gives (Server.InsufficientInstanceCapacity, Server.SpotInstanceTermination, ...).
+  Not reproduced: moto rewrites the StateReason when the ended instance is terminated again (EC2 keeps it).
 Register on a boto3.Session *before* the provider makes its clients (clients copy the session's
 handlers), or on a client directly.
 """
