@@ -179,7 +179,7 @@ def test_user_data_quotes_hostile_values_and_parses_as_bash(session):
     request = make_request("quoted", bootstrap=BootstrapConfig(ray_version="2.60.0", python_packages=[nasty]))
     cluster = make_provider(session).launch(request)
     script = user_data(session.client("ec2"), cluster.head.node_id)
-    pip_line = next(line for line in script.splitlines() if "pip install" in line and "ray[" in line)
+    pip_line = next(line for line in script.splitlines() if line.startswith("uv_install ") and "ray[" in line)
     assert nasty in shlex.split(pip_line)  # one argument, exactly as given
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
