@@ -158,11 +158,8 @@ def runtime_env(spec: JobSpec, *, job_id: str, checkpoint: str, price_per_hour: 
         renv["py_modules"] = [str(JOBS_DIR)]  # so any script can `from jobs.metrics import report`
     else:
         renv["working_dir"] = _staged_jobs_dir()
-    pip = list(spec.requirements)
-    if not local:  # a cloud node's boot installed the planned torch from its wheel index: never replace it
-        from infra.vm.gpu_check import is_torch
-
-        pip = [r for r in pip if not is_torch(r)]
-    if pip:
-        renv["pip"] = pip
+    # a cloud node's boot installed the job's requirements into the node's venv (and the planned torch from
+    # its wheel index): a pip runtime_env there would only make Ray clone that venv (GBs) for each job
+    if local and spec.requirements:
+        renv["pip"] = list(spec.requirements)
     return renv

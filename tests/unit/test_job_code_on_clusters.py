@@ -35,6 +35,7 @@ def test_a_cloud_run_ships_the_code_jobs_and_what_its_checkpoints_need(store, cl
     command = "python3 -m jobs.notice --cloud aws -- sh -c 'python train.py'" if plan.chosen.spot else "python train.py"
     assert sent["entrypoint"] == command and renv["working_dir"] == spec.workdir
     assert renv["py_modules"] == [str(JOBS_DIR)] and ".git" in renv["excludes"]
+    assert "pip" not in renv  # the boot installed the requirements: Ray must not clone the node's venv per job
     key = run_key(spec)
     assert renv["env_vars"]["DLRUN_CHECKPOINT_DIR"] == f"s3://ckpt-bucket/runs/{key}"
     assert events(store, job_id, "run") == [{"run_key": key, "checkpoint": f"s3://ckpt-bucket/runs/{key}"}]
