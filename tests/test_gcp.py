@@ -45,8 +45,9 @@ def offer(instance_type="n1-standard-8", accelerator="T4", count=1, region="us-c
 
 
 def request(cluster_id="c-1", *, spot=False, nodes=1, the_offer=None, **kw):
+    kw.setdefault("bootstrap", BootstrapConfig(ray_version="2.60.0"))
     return ClusterRequest(cluster_id=cluster_id, job_id="job-42", offer=the_offer or offer(), spot=spot,
-                          num_nodes=nodes, bootstrap=BootstrapConfig(ray_version="2.60.0"), owner="alice", **kw)
+                          num_nodes=nodes, owner="alice", **kw)
 
 
 def metadata(instance: dict) -> dict:
