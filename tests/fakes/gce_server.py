@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import re
 import threading
 from dataclasses import dataclass, field
@@ -123,7 +124,10 @@ class FakeGce(NetworkApi, LocalHttpServer):
     def __post_init__(self):
         self._lock = threading.RLock()
         self._ids = itertools.count(1000)
-        self._addresses = itertools.count(2)
+        # where this fake's addresses start: random, so that two labs on one machine (each with its own
+        # FakeGce) do not route the same address; GCE promises no particular address either
+        self._address_seed = random.randrange(1 << 16)
+        self._addresses = itertools.count(2 + self._address_seed % 150)
         self._pending_errors: dict = {}  # operation key -> (http status, error code, message)
         self._subnet_next: dict = {}  # subnetwork link -> the next host number it hands out
         self._account_refusals: dict = {}  # email -> inserts still to refuse (account_lag)
@@ -147,11 +151,13 @@ class FakeGce(NetworkApi, LocalHttpServer):
         self.forbidden = on
 
     def preempt(self, name: str, *, delete: bool = False) -> None:
-        """GCE reclaims a spot VM: TERMINATED (or deleted, termination action DELETE) + an operation."""
+        """GCE reclaims a spot VM: TERMINATED (or deleted with its auto-delete disks, termination action
+        DELETE) + a compute.instances.preempted operation (cloud.google.com/compute/docs/instances/spot)."""
         with self._lock:
             zone, inst = next((k[0], v) for k, v in self.instances.items() if k[1] == name)
             if delete:
-                del self.instances[(zone, name)]
+                self._delete_instance(zone, name, user="system")
+                self.operations.popitem()  # (that delete's own operation: GCE records only the preemption)
             else:
                 inst["status"] = "TERMINATED"
             self._operation(zone, "compute.instances.preempted", inst["selfLink"], done=True,
