@@ -4,30 +4,15 @@ Spot VMs or through Flex-start (Dynamic Workload Scheduler) / calendar-mode rese
 on-demand VMs; dlrun uses neither Flex-start nor reservations, so for dlrun they are spot only.
 
 The provider marks such offers (offer.extra["markets"]) and refuses to launch them in a market GCP does not
-sell, before anything is made; the planner should not plan that market at all (see the README of
-configs/catalog)."""
+sell, before anything is made; the planner does not plan that market at all (planner.markets asks
+infra.catalog.sold_markets)."""
 from __future__ import annotations
 
-import csv
-import os
-from functools import lru_cache
-from pathlib import Path
-
-from configs import CATALOG_DIR
-
-TABLE = "gcp_markets.csv"
-
-
-@lru_cache(maxsize=4)
-def _table(catalog_dir: Path) -> dict[str, tuple[str, ...]]:
-    path = catalog_dir / TABLE
-    if not path.exists():
-        return {}
-    with open(path, newline="") as f:
-        return {r["instance_type"]: tuple(r["markets"].split()) for r in csv.DictReader(f)}
+from infra.catalog import Offer, sold_markets as catalog_sold_markets
 
 
 def sold_markets(instance_type: str) -> tuple[str, ...] | None:
     """("spot",) for a spot-only machine type; None when GCP sells it on demand and as spot."""
-    catalog_dir = Path(os.environ.get("DLRUN_CATALOG_DIR") or CATALOG_DIR)
-    return _table(catalog_dir).get(instance_type)
+    return catalog_sold_markets(Offer(cloud="gcp", region="", instance_type=instance_type, accelerator=None,
+                                      accelerator_count=0, gpu_memory_gb=0, vcpus=0, memory_gb=0,
+                                      price_per_hour=0.0, spot_price_per_hour=None))
