@@ -233,6 +233,9 @@ class GceWatcher(Watcher):
         return VmSpec(instance_id=inst["name"], private_ip=nic["networkIP"], public_ip=public, user=self.user,
                       authorized_keys=keys, boot_script=script.encode() if script is not None else None,
                       hostname=inst["name"], cloud_id=inst["id"],
+                      # GCE's guest environment puts the metadata server's name in /etc/hosts ("# Added by
+                      # Google"), which is how google.auth (metadata.google.internal) reaches it
+                      extra_hosts="169.254.169.254 metadata.google.internal metadata  # Added by Google\n",
                       metadata=lambda netns: GceVmMetadata(netns, FakeGceMetadata.of_instance(self.fake, zone, name),
                                                            ports))
 
