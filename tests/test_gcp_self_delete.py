@@ -150,3 +150,22 @@ def test_a3_high_with_fewer_than_8_gpus_is_spot_only(clouds):
     with pytest.raises(ProvisionError, match="does not sell a3-highgpu-1g on-demand"):
         p.launch(request("c-a3", the_offer=a3))
     assert gce.requests == [] or all(m == "GET" for m, _, _ in gce.requests)
+
+
+def test_the_node_calls_googles_endpoint_or_the_configured_one():
+    from infra.gcp.self_end import endpoint_url
+
+    assert "ENDPOINT, TRIES, GRACE_S = 'https://compute.googleapis.com'," in self_end_script(None)
+    assert endpoint_url("compute-dlrun.p.googleapis.com") == "https://compute-dlrun.p.googleapis.com"  # PSC
+    assert endpoint_url("http://127.0.0.1:8080/") == "http://127.0.0.1:8080"
+    script = self_end_script("https://compute-dlrun.p.googleapis.com")
+    assert "sa:" not in script and "token" not in script.split("ENDPOINT", 1)[0]
+
+
+def test_a_relaunch_that_finds_a_half_made_cluster_still_grants_its_nodes(clouds):
+    gce, _ = clouds
+    cluster = provider_for(gce).launch(request("c-half", nodes=2))
+    for node in cluster.nodes:
+        gce.iam_policies.pop(("instances", cluster.zone, node.node_id))  # as if the first launch died before
+    provider_for(gce).launch(request("c-half", nodes=2))
+    assert all(("instances", cluster.zone, n.node_id) in gce.iam_policies for n in cluster.nodes)

@@ -240,6 +240,9 @@ class GcpProvider(VmProvider):
                 errors.append(e)
         if errors:
             raise errors[0]
+        for name in names:
+            if name in have:  # made by an earlier launch of this cluster, which may have died before granting
+                self._grant_self_delete(zone, name, account)
         instances = [self._get_instance(zone, name) for name in names]
         return cluster_from_instances(request.cluster_id, request.job_id, request.offer.region, zone, instances,
                                       project=self.project, spot=request.spot,
