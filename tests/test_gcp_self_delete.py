@@ -92,6 +92,7 @@ def test_the_nodes_own_script_deletes_its_instance_through_the_metadata_token(cl
     """infra/gcp/self_end.py's script, run by python3 as the watchdog runs it; the one change is the
     metadata server's address (a lab VM has the real one: tests/e2e/test_gce_self_delete_e2e.py)."""
     gce, _ = clouds
+    gce.iam_lag_s = 3.0  # the node's first try comes before its new grant is enforced: it retries
     cluster = provider_for(gce).launch(request("c-run"))
     name, zone = cluster.nodes[0].node_id, cluster.zone
     with FakeGceMetadata.of_instance(gce, zone, name) as meta:
@@ -101,6 +102,7 @@ def test_the_nodes_own_script_deletes_its_instance_through_the_metadata_token(cl
         started = time.monotonic()
         r = subprocess.run(["bash", str(tmp_path / "self-end.sh")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "try 1: HTTP 403 Required 'compute.instances.delete' permission" in r.stdout, r.stdout
     assert "GCE accepted the deletion of " + name in r.stdout and time.monotonic() - started < 30
     assert (zone, name) not in gce.instances and (zone, name) not in gce.disks
     assert not any("sa:" in line for line in r.stdout.splitlines())  # the token is never printed

@@ -31,8 +31,10 @@ Real behaviours it reproduces (sources in each method's docstring):
   errors; the exact text for a not-yet-propagated account is not documented];
 - an organisation policy requiring OS Login refuses instance metadata enable-oslogin=FALSE with 412
   conditionNotMet naming constraints/compute.requireOsLogin [wording not verified against a real project].
+- IAM policy changes propagate late: with `iam_lag_s`, a resource's new policy is not enforced for that
+  long (cloud.google.com/iam/docs/access-change-propagation).
 Not reproduced: operations that take time (every operation is done at its first poll), the graceful
-shutdown period of a deletion, IAM policy propagation delay, etags of IAM policies.
+shutdown period of a deletion, etags of IAM policies (a setIamPolicy always wins).
 
     with FakeGce() as gce:
         client = compute_v1.InstancesClient(credentials=AnonymousCredentials(),
@@ -46,6 +48,7 @@ import json
 import random
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Callable
@@ -117,6 +120,9 @@ class FakeGce(NetworkApi, LocalHttpServer):
     iam: object = None  # a FakeGcs: the IAM whose accounts exist (None: accounts are not checked)
     account_lag: int = 0  # inserts naming a new account that are refused before Compute Engine knows it
     os_login_required: bool = False  # the organisation policy constraints/compute.requireOsLogin
+    # seconds before a resource's new IAM policy is enforced (IAM changes propagate: usually within a
+    # minute, up to 7 min: cloud.google.com/iam/docs/access-change-propagation); 0: at once
+    iam_lag_s: float = 0.0
     # (zone, name) -> the instance's serial console text, for getSerialPortOutput; the VM harness
     # (tests/fakes/vm) sets it to serve its VMs' console logs. None: every console is empty.
     serial_port_output: Callable[[str, str], str] | None = None
@@ -131,6 +137,7 @@ class FakeGce(NetworkApi, LocalHttpServer):
         self._pending_errors: dict = {}  # operation key -> (http status, error code, message)
         self._subnet_next: dict = {}  # subnetwork link -> the next host number it hands out
         self._account_refusals: dict = {}  # email -> inserts still to refuse (account_lag)
+        self._policy_set_at: dict = {}  # (kind, zone, name) -> when its IAM policy was set (iam_lag_s)
         self._rate_limited: list = []  # (status, reason) answers for the next calls
 
     # ------------------------------------------------------------ lifecycle
@@ -250,6 +257,8 @@ class FakeGce(NetworkApi, LocalHttpServer):
 
     def _require(self, email: str, kind: str, zone: str, name: str, permission: str) -> None:
         policy = self.iam_policies.get((kind, zone, name)) or {}
+        if time.monotonic() < self._policy_set_at.get((kind, zone, name), 0.0) + self.iam_lag_s:
+            policy = {}  # not enforced yet
         member = f"serviceAccount:{email}"
         if not any(b.get("role") in DELETE_ROLES and member in (b.get("members") or [])
                    for b in policy.get("bindings") or []):
@@ -339,6 +348,7 @@ class FakeGce(NetworkApi, LocalHttpServer):
                 raise bad_request(f"Invalid value for field 'resource.policy.bindings.role': '{b.get('role')}'.")
         policy.update(etag=f"etag-{next(self._ids)}", version=policy.get("version", 1))
         self.iam_policies[(kind, zone, name)] = policy
+        self._policy_set_at[(kind, zone, name)] = time.monotonic()
         return policy
 
     def _link(self, rest: str) -> str:
@@ -373,10 +383,11 @@ class FakeGce(NetworkApi, LocalHttpServer):
         if op["status"] != "DONE":
             op.update(status="DONE", progress=100)
             if key in self._pending_errors:
-                status, code, message = self._pending_errors.pop(key)
+                status, code, message, *details = self._pending_errors.pop(key)
                 op["httpErrorStatusCode"] = status
                 op["httpErrorMessage"] = {503: "SERVICE UNAVAILABLE", 403: "FORBIDDEN"}.get(status, "ERROR")
-                op["error"] = {"errors": [{"code": code, "message": message}]}
+                op["error"] = {"errors": [{"code": code, "message": message,
+                                           **({"errorDetails": details} if details else {})}]}
             elif op["operationType"] == "insert":
                 inst = next((i for i in self.instances.values() if i["selfLink"] == op["targetLink"]), None)
                 if inst:
@@ -413,7 +424,13 @@ class FakeGce(NetworkApi, LocalHttpServer):
                 message = f"Quota '{q.metric}' exceeded.  Limit: 0.0 {scope}."
                 if q.on_insert:
                     raise ApiError(403, message, "quotaExceeded")
-                error = (403, "QUOTA_EXCEEDED", message)
+                # as GCE's operation error: the message and a quotaInfo detail naming the metric and limit
+                quota_info = {"metricName": f"compute.googleapis.com/{q.metric.lower()}",
+                              "limitName": f"{q.metric.replace('_', '-')}-per-project"
+                                           + ("" if q.metric.endswith("ALL_REGIONS") else "-region"),
+                              "limit": 0, **({} if q.metric.endswith("ALL_REGIONS") else
+                                             {"dimensions": {"region": region}})}
+                error = (403, "QUOTA_EXCEEDED", message, {"quotaInfo": quota_info})
                 break
         if not error and self.capacity.get(zone, 1) <= 0:
             error = (503, "ZONE_RESOURCE_POOL_EXHAUSTED",
