@@ -204,6 +204,8 @@ def test_quota_scopes_are_gces(gce, provider):
         ("NVIDIA_T4_GPUS", False): (True, False, False, False),
         ("NVIDIA_T4_GPUS", True): (True, True, False, False),  # spot drew on the standard quota: both
         ("PREEMPTIBLE_NVIDIA_T4_GPUS", True): (False, True, False, False),
+        # an on-demand GPU VM with a run-time limit may draw on preemptible quota: both, the failed one too
+        ("PREEMPTIBLE_NVIDIA_T4_GPUS", False): (True, True, False, False),
         ("GPUS_ALL_REGIONS", False): (True, True, False, True),
         ("CPUS", False): (True, False, True, False),  # n1 and e2 draw on CPUS
     }
@@ -213,7 +215,8 @@ def test_quota_scopes_are_gces(gce, provider):
         gce.quota(metric)
         with pytest.raises(QuotaError) as err:
             provider.launch(request(f"c-{metric.lower().replace('_', '-')}-{int(spot)}", spot=spot,
-                                    the_offer=cpu if metric == "CPUS" else t4))
+                                    the_offer=cpu if metric == "CPUS" else t4,  # a deadline: maxRunDuration
+                                    bootstrap=BootstrapConfig(ray_version="2.60.0", max_run_s=3600)))
         scope = err.value.quota
         got = (scope.matches(t4, False), scope.matches(t4, True), scope.matches(cpu, False), scope.matches(far, False))
         assert got == want, (metric, spot, scope)

@@ -4,9 +4,10 @@ GPU rules of the real API: N1 machine types take GPUs as `guestAccelerators` (ty
 zone); accelerator-optimized families (a2, a3, g2) come with their GPUs and must not list them; any
 VM with a GPU cannot live-migrate, so `onHostMaintenance` is TERMINATE (cloud.google.com/compute/docs/
 gpus/gpu-host-maintenance), and so is every Spot VM (Spot VMs cannot live-migrate: docs/instances/spot).
-A CPU on-demand VM keeps GCE's default, live migration (MIGRATE) with automaticRestart: a host event
+A CPU on-demand VM keeps GCE's default, live migration (MIGRATE) with automaticRestart (both GCE's
+defaults: cloud.google.com/compute/docs/instances/setting-instance-scheduling-options): a host event
 then moves it without a reboot, where TERMINATE would stop it and restart it (the boot script running a
-second time).
+second time). Whether GCE accepts maxRunDuration together with MIGRATE is not stated on the pages read.
 
 The boot disk is max(BootstrapConfig.root_volume_gb, the floor of its image kind): see boot_disk_gb.
 `enable-oslogin=FALSE` is set on every instance: instance metadata overrides the project's

@@ -71,8 +71,14 @@ def quota_scope(metric: str, *, region: str, spot: bool | None) -> QuotaScope | 
     """What one exhausted GCE quota metric rules out (None: a metric this does not know)."""
     preemptible = metric.startswith("PREEMPTIBLE_")
     name = metric[len("PREEMPTIBLE_"):] if preemptible else metric
-    # a standard metric named by a spot insert: this region has no preemptible quota, both markets draw on it
-    market = "spot" if preemptible else ("" if spot else "on-demand")
+    # a standard metric named by a spot insert: this region has no preemptible quota, both markets draw on
+    # it; a preemptible one named by an on-demand insert: a GPU VM deleted after a run time of at most 7 days
+    # (dlrun's maxRunDuration) may draw on preemptible quota (cloud.google.com/compute/docs/instances/
+    # limit-vm-runtime, "GPU VMs and preemptible allocation quotas"): both markets, the failed one included
+    if preemptible:
+        market = "" if spot is False else "spot"
+    else:
+        market = "" if spot else "on-demand"
     if name == "GPUS_ALL_REGIONS":
         return QuotaScope(cloud="gcp", gpu_only=True, quota=metric)
     if name == "CPUS_ALL_REGIONS":

@@ -70,13 +70,16 @@ class Quota:
     region: str | None = None
     on_insert: bool = False  # reported as the insert's HTTP error instead of in the operation
 
-    def applies(self, region: str, machine: str, accelerator: str, spot: bool) -> bool:
-        """Whether an instance (region, machine type, GPU type or "", market) draws on this quota."""
+    def applies(self, region: str, machine: str, accelerator: str, spot: bool, run_limited: bool = False) -> bool:
+        """Whether an instance (region, machine type, GPU type or "", market) draws on this quota. A GPU VM
+        deleted after a run time of at most 7 days (`run_limited`) may draw on preemptible quota even on
+        demand (cloud.google.com/compute/docs/instances/limit-vm-runtime, "GPU VMs and preemptible
+        allocation quotas"): here it does whenever such a quota is set."""
         if self.region not in (None, region):
             return False
         metric = self.metric
         if metric.startswith("PREEMPTIBLE_"):
-            if not spot:
+            if not (spot or (run_limited and accelerator)):
                 return False
             metric = metric[len("PREEMPTIBLE_"):]
         series = machine.split("-", 1)[0]
@@ -416,10 +419,13 @@ class FakeGce(NetworkApi, LocalHttpServer):
         accelerator = next((a["acceleratorType"].rsplit("/", 1)[-1] for a in body.get("guestAccelerators", [])), "")
         accelerator = accelerator or next((gpu for family, gpu in BUILT_IN_ACCELERATORS.items()
                                            if machine.startswith(family)), "")
-        spot = (body.get("scheduling") or {}).get("provisioningModel") == "SPOT"
+        scheduling = body.get("scheduling") or {}
+        spot = scheduling.get("provisioningModel") == "SPOT"
+        run_limited = (scheduling.get("instanceTerminationAction") == "DELETE"
+                       and 0 < int((scheduling.get("maxRunDuration") or {}).get("seconds", 0)) <= 7 * 86400)
         error = None
         for q in sorted(self.quotas, key=lambda q: not q.on_insert):  # a refused call before an operation
-            if q.applies(region, machine, accelerator, spot):
+            if q.applies(region, machine, accelerator, spot, run_limited):
                 scope = "globally" if q.metric.endswith("ALL_REGIONS") else f"in region {region}"
                 message = f"Quota '{q.metric}' exceeded.  Limit: 0.0 {scope}."
                 if q.on_insert:
