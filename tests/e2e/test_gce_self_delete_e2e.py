@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -74,10 +75,4 @@ def test_an_unwatched_gce_cluster_deletes_itself_leaving_no_instance_and_no_disk
     r = dlrun("cancel", job, env=env)
     assert r.returncode == 0, r.stderr
     assert gce.firewalls == {} and gcs.accounts == {}
-    assert not list((env_home(env) / "keys").glob("*"))
-
-
-def env_home(env):
-    from pathlib import Path
-
-    return Path(env["DLRUN_HOME"])
+    assert not list((Path(env["DLRUN_HOME"]) / "keys").glob("*"))
