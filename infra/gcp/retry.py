@@ -5,7 +5,8 @@ GCE answers a call over its API rate quota with 403 `rateLimitExceeded` / `userR
 default retry for the compute REST clients covers neither. Such a call is retried with exponential
 backoff and jitter, bounded (RATE_LIMIT_TRIES, at most RATE_LIMIT_MAX_S between tries, about three
 minutes in all); what still fails is mapped by errors.py to a ProvisionError for this offer, never to
-credentials. A rejected call made nothing, so retrying an insert is safe.
+credentials. A rejected call made nothing, so retrying an insert is safe. (A list's later pages are
+fetched by its pager, outside this wrapper: they are not retried.)
 """
 from __future__ import annotations
 
@@ -46,12 +47,8 @@ class RateLimited:
                 try:
                     return attr(*args, **kwargs)
                 except gexc.GoogleAPICallError as e:
-                    if not is_rated_limited_and_left(e, attempt, self._tries):
+                    if not is_rate_limited(e) or attempt == self._tries - 1:
                         raise
                     self._sleep(backoff_s(attempt))
             raise AssertionError("unreachable")
         return call
-
-
-def is_rated_limited_and_left(e: BaseException, attempt: int, tries: int) -> bool:
-    return is_rate_limited(e) and attempt < tries - 1
