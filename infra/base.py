@@ -78,7 +78,10 @@ class QuotaScope:
 
 
 def instance_class(instance_type: str) -> str:
-    """The letters that open an instance family: g4dn.xlarge -> g, inf2.xlarge -> inf, vt1.3xlarge -> vt."""
+    """The letters that open an instance family: g4dn.xlarge -> g, inf2.xlarge -> inf, vt1.3xlarge -> vt;
+    a GCE machine type's series, which its CPU quota is per: n1-standard-8 -> n1, n2d-standard-2 -> n2d."""
+    if "." not in instance_type and "-" in instance_type:  # GCE: SERIES-KIND-SIZE
+        return instance_type.split("-", 1)[0].lower()
     family = instance_type.split(".", 1)[0].lower()
     letters = re.match(r"[a-z]+", family)
     return letters.group() if letters else family

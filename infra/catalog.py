@@ -170,6 +170,21 @@ def load_offers(path: Path | None = None, spot_overrides: Path | None = None) ->
     return _priced_by_zone(offers)
 
 
+def sold_markets(offer: Offer, catalog_dir: Path | None = None) -> tuple[str, ...] | None:
+    """The markets ("on-demand", "spot") a cloud sells this instance type in, when not both: the cloud's
+    `<cloud>_markets.csv` in the catalog (e.g. GCP's a3-highgpu-1g/2g/4g: spot only), with its source there.
+    None: both, or the cloud has no such table."""
+    return _markets_table(_dir(catalog_dir) / f"{offer.cloud}_markets.csv").get(offer.instance_type)
+
+
+@lru_cache(maxsize=8)
+def _markets_table(path: Path) -> dict[str, tuple[str, ...]]:
+    if not path.exists():
+        return {}
+    with open(path, newline="") as f:
+        return {r["instance_type"]: tuple(r["markets"].split()) for r in csv.DictReader(f)}
+
+
 def _priced_by_zone(offers: list[Offer]) -> list[Offer]:
     """Where per-zone spot prices are known, the spot price is the launch zone's (see spot_zones)."""
     from infra.spot_zones import rank, zone_prices

@@ -117,6 +117,10 @@ def test_quota_in_operation_or_on_insert(gce):
     done = wait(gce, insert(gce, instance(gpus=1)))
     assert done.error.errors[0].code == "QUOTA_EXCEEDED" and "NVIDIA_T4_GPUS" in done.error.errors[0].message
     assert done.http_error_status_code == 403
+    (detail,) = done.error.errors[0].error_details  # as GCE's: the metric and its regional limit
+    assert detail.quota_info.metric_name == "compute.googleapis.com/nvidia_t4_gpus"
+    assert detail.quota_info.limit_name == "NVIDIA-T4-GPUS-per-project-region"
+    assert dict(detail.quota_info.dimensions) == {"region": "us-central1"}
     wait(gce, insert(gce, instance(name="cpu-only")))  # no GPU: no GPU quota
     gce.quota("GPUS_ALL_REGIONS", on_insert=True)
     with pytest.raises(gexc.Forbidden, match="GPUS_ALL_REGIONS") as err:

@@ -2,6 +2,8 @@
 google-cloud-compute REST client: it answers and rejects as GCE does."""
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
@@ -59,7 +61,8 @@ def test_networks_and_subnetworks_insert_get_list_and_addresses_come_from_the_su
         make_network(gce)
     wait(gce, insert(gce, on_subnet()))
     vm = client(gce).get(project=gce.project, zone=ZONE, instance="vm-1")
-    assert vm.network_interfaces[0].network_i_p == "10.1.0.2"
+    address = ipaddress.ip_address(vm.network_interfaces[0].network_i_p)
+    assert address in ipaddress.ip_network("10.1.0.0/20") and address != ipaddress.ip_address("10.1.0.1")
 
 
 def test_what_gce_rejects_about_networks(gce):

@@ -45,12 +45,19 @@ def offer(instance_type="n1-standard-8", accelerator="T4", count=1, region="us-c
 
 
 def request(cluster_id="c-1", *, spot=False, nodes=1, the_offer=None, **kw):
+    kw.setdefault("bootstrap", BootstrapConfig(ray_version="2.60.0"))
     return ClusterRequest(cluster_id=cluster_id, job_id="job-42", offer=the_offer or offer(), spot=spot,
-                          num_nodes=nodes, bootstrap=BootstrapConfig(ray_version="2.60.0"), owner="alice", **kw)
+                          num_nodes=nodes, owner="alice", **kw)
 
 
 def metadata(instance: dict) -> dict:
     return {i["key"]: i["value"] for i in instance["metadata"]["items"]}
+
+
+def boot_image(gce: FakeGce, inst: dict) -> str:
+    """The image the instance's boot disk was made from (GCE shows it on the disk, not the instance)."""
+    zone = inst["zone"].rsplit("/", 1)[-1]
+    return gce.disks[(zone, inst["disks"][0]["source"].rsplit("/", 1)[-1])]["sourceImage"]
 
 
 def posts(gce: FakeGce, suffix: str) -> list[dict]:
@@ -59,6 +66,7 @@ def posts(gce: FakeGce, suffix: str) -> list[dict]:
 
 def assert_nothing_left(gce: FakeGce, cluster_id="c-1"):
     assert gce.instances == {}
+    assert gce.disks == {}
     assert gce.firewalls == {}
     assert not key_path(cluster_id).exists()
 
@@ -79,7 +87,7 @@ def test_on_demand_single_node(gce, provider):
     assert inst["labels"] == {"dlrun-cluster": "c-1", "dlrun-job": "job-42", "dlrun-owner": "alice",
                               "dlrun-role": "head"}
     assert inst["tags"]["items"] == ["dlrun-c-1"]
-    assert "deeplearning-platform-release" in inst["disks"][0]["initializeParams"]["sourceImage"]
+    assert "deeplearning-platform-release" in boot_image(gce, inst)
     script = metadata(inst)["startup-script"]
     assert "start --head" in script and "ray[default,train]==2.60.0" in script
     assert metadata(inst)["ssh-keys"].startswith("dlrun:ssh-ed25519 ")
@@ -117,7 +125,7 @@ def test_built_in_gpu_machine_types_list_no_accelerators(gce, provider, instance
 def test_image_override(gce, provider):
     provider.launch(request(image="pytorch-2-4-cu124-ubuntu-2204"))
     (inst,) = gce.instances.values()
-    assert inst["disks"][0]["initializeParams"]["sourceImage"].endswith("/family/pytorch-2-4-cu124-ubuntu-2204")
+    assert boot_image(gce, inst).endswith("/family/pytorch-2-4-cu124-ubuntu-2204")
 
 
 def test_firewall_admits_ssh_only_from_caller_and_internal_only_between_members(gce, provider):
@@ -176,16 +184,63 @@ def test_stockout_everywhere_raises_capacity_error_and_leaves_nothing(gce, provi
     assert_nothing_left(gce)
 
 
-@pytest.mark.parametrize("metric,on_insert,scope", [
-    ("GPUS_ALL_REGIONS", False, "cloud"), ("NVIDIA_T4_GPUS", False, "region"),
-    ("GPUS_ALL_REGIONS", True, "cloud"), ("NVIDIA_T4_GPUS", True, "region")])
-def test_quota_errors_block_region_or_cloud(gce, provider, metric, on_insert, scope):
+@pytest.mark.parametrize("metric,on_insert", [("GPUS_ALL_REGIONS", False), ("NVIDIA_T4_GPUS", False),
+                                               ("GPUS_ALL_REGIONS", True), ("NVIDIA_T4_GPUS", True)])
+def test_quota_errors_name_what_draws_on_the_quota(gce, provider, metric, on_insert):
     gce.quota(metric, on_insert=on_insert)
     with pytest.raises(QuotaError) as err:
         provider.launch(request(nodes=2))
-    assert err.value.scope == scope and metric in err.value.message
+    assert err.value.scope == "quota" and metric in err.value.message and err.value.quota.quota == metric
     assert len(posts(gce, "/instances")) == 1  # quota is not retried in the next zone
     assert_nothing_left(gce)
+
+
+def test_quota_scopes_are_gces(gce, provider):
+    """GCE's quota scopes (cloud.google.com/compute/resource-usage): a GPU type in a region, its
+    PREEMPTIBLE_ twin for spot, GPUS_ALL_REGIONS GPU offers only, CPUS the N1/E2 series of a region."""
+    t4, cpu = offer(), offer("e2-standard-4", None, 0)
+    cases = {
+        # metric, spot -> (blocks T4 on demand, T4 spot, e2 on demand, T4 in europe-west4)
+        ("NVIDIA_T4_GPUS", False): (True, False, False, False),
+        ("NVIDIA_T4_GPUS", True): (True, True, False, False),  # spot drew on the standard quota: both
+        ("PREEMPTIBLE_NVIDIA_T4_GPUS", True): (False, True, False, False),
+        # an on-demand GPU VM with a run-time limit may draw on preemptible quota: both, the failed one too
+        ("PREEMPTIBLE_NVIDIA_T4_GPUS", False): (True, True, False, False),
+        ("GPUS_ALL_REGIONS", False): (True, True, False, True),
+        ("CPUS", False): (True, False, True, False),  # n1 and e2 draw on CPUS
+    }
+    far = offer(region="europe-west4")
+    for (metric, spot), want in cases.items():
+        gce.quotas.clear()
+        gce.quota(metric)
+        with pytest.raises(QuotaError) as err:
+            provider.launch(request(f"c-{metric.lower().replace('_', '-')}-{int(spot)}", spot=spot,
+                                    the_offer=cpu if metric == "CPUS" else t4,  # a deadline: maxRunDuration
+                                    bootstrap=BootstrapConfig(ray_version="2.60.0", max_run_s=3600)))
+        scope = err.value.quota
+        got = (scope.matches(t4, False), scope.matches(t4, True), scope.matches(cpu, False), scope.matches(far, False))
+        assert got == want, (metric, spot, scope)
+    n2 = offer("n2-standard-4", None, 0)
+    gce.quotas.clear()
+    gce.quota("N2_CPUS")
+    provider.launch(request("c-e2", the_offer=cpu))  # e2 does not draw on N2_CPUS
+    with pytest.raises(QuotaError) as err:
+        provider.launch(request("c-n2", the_offer=n2))
+    assert err.value.quota.matches(n2, False) and not err.value.quota.matches(cpu, False)
+
+
+@pytest.mark.parametrize("status", [403, 429])
+def test_rate_limits_are_retried_and_never_read_as_credentials(gce, monkeypatch, status):
+    slept = []
+    provider = GcpProvider(project=gce.project, api_endpoint=gce.endpoint, ssh_cidr=CALLER, sleep=slept.append)
+    gce.rate_limit(3, status=status)
+    cluster = provider.launch(request())
+    assert len(slept) == 3 and cluster.nodes
+    gce.rate_limit(100, status=status)  # longer than the retries: this offer fails, the cloud does not
+    with pytest.raises(ProvisionError) as err:
+        provider.launch(request("c-2"))
+    assert not isinstance(err.value, CredentialsError) and err.value.scope == "offer"
+    assert "rate limit" in err.value.message.lower()
 
 
 def test_regional_quota_elsewhere_does_not_block(gce, provider):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infra.software import software_plan
-from tests.test_gcp import gce, no_address_lookup, offer, provider, request  # noqa: F401 (fixtures)
+from tests.test_gcp import boot_image, gce, no_address_lookup, offer, provider, request  # noqa: F401 (fixtures)
 
 DLVM = "projects/deeplearning-platform-release/global/images/family/common-cu129-ubuntu-2204-nvidia-580"
 UBUNTU = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
@@ -19,7 +19,7 @@ UBUNTU = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
 def test_each_generation_boots_the_family_its_wheels_need(gce, provider, instance_type, gpu, image, index):
     provider.launch(request(the_offer=offer(instance_type, gpu, 1 if gpu else 0)))
     (inst,) = gce.instances.values()
-    assert inst["disks"][0]["initializeParams"]["sourceImage"] == image
+    assert boot_image(gce, inst) == image
     plan = software_plan("gcp", gpu, "2.13.0", "torch==2.13.0")
     assert plan.image == image and plan.wheel_index == index
 
@@ -27,4 +27,4 @@ def test_each_generation_boots_the_family_its_wheels_need(gce, provider, instanc
 def test_image_in_the_job_file_wins(gce, provider):
     provider.launch(request(image="pytorch-2-9-cu129-ubuntu-2204-nvidia-580"))
     (inst,) = gce.instances.values()
-    assert inst["disks"][0]["initializeParams"]["sourceImage"].endswith("/family/pytorch-2-9-cu129-ubuntu-2204-nvidia-580")
+    assert boot_image(gce, inst).endswith("/family/pytorch-2-9-cu129-ubuntu-2204-nvidia-580")

@@ -72,16 +72,29 @@ def test_down_orphans_deletes_a_clusters_rules_but_keeps_the_shared_network(gce,
 
 
 @pytest.mark.parametrize("value", ["TRUE", "true"])
-def test_an_os_login_project_is_refused_in_one_line_before_anything_is_made(gce, provider, value):
+def test_a_project_with_os_login_on_gets_instances_that_turn_it_off(gce, provider, value):
+    """enable-oslogin=TRUE in the project's common metadata: instance metadata overrides it
+    (cloud.google.com/compute/docs/oslogin/set-up-oslogin), so each node still takes dlrun's ssh-keys."""
     gce.set_project_metadata(enable_oslogin=value)
-    with pytest.raises(CredentialsError) as preflight:
-        provider.preflight()
-    message = preflight.value.message
-    assert "OS Login" in message and gce.project in message and "\n" not in message and len(message) < 400
-    assert preflight.value.scope == "cloud"
-    with pytest.raises(CredentialsError, match="OS Login"):
-        GcpProvider(project=gce.project, api_endpoint=gce.endpoint, ssh_cidr=CALLER).launch(request())
-    assert [m for m, _, _ in gce.requests if m != "GET"] == []  # nothing was made
+    provider.preflight()
+    cluster = provider.launch(request(nodes=2))
+    for inst in gce.instances.values():
+        assert {i["key"]: i["value"] for i in inst["metadata"]["items"]}["enable-oslogin"] == "FALSE"
+        assert not gce.os_login_on(inst)
+    provider.terminate(cluster)
+    assert_nothing_left(gce)
+
+
+def test_an_organisation_that_requires_os_login_ends_the_gcp_attempt_before_a_vm_exists(gce, provider):
+    """constraints/compute.requireOsLogin refuses enable-oslogin=FALSE: the insert fails, nothing is billed,
+    the error blocks GCP (CredentialsError: exit 4 when no other cloud is left) and says how to proceed."""
+    gce.require_os_login()
+    with pytest.raises(CredentialsError) as err:
+        provider.launch(request(nodes=2))
+    message = err.value.message
+    assert err.value.scope == "cloud" and "constraints/compute.requireOsLogin" in message
+    assert "exempt this project" in message and "another GCP project" in message
+    assert len([b for m, p, b in gce.requests if m == "POST" and p.endswith("/instances")]) == 1  # no other zone
     assert_nothing_left(gce)
 
 

@@ -29,7 +29,13 @@ class IamApi:
         self.base = f"{(endpoint or DEFAULT_ENDPOINT).rstrip('/')}/v1/projects/{project}/serviceAccounts"
 
     def _call(self, method: str, url: str, body: dict | None = None, params: dict | None = None) -> dict:
-        r = self.session.request(method, url, json=body, params=params, timeout=60)
+        from infra.gcp.retry import RATE_LIMIT_TRIES, backoff_s
+
+        for attempt in range(RATE_LIMIT_TRIES):  # 429: IAM's per-minute API quota (retried, never a refusal)
+            r = self.session.request(method, url, json=body, params=params, timeout=60)
+            if r.status_code != 429 or attempt == RATE_LIMIT_TRIES - 1:
+                break
+            self.sleep(backoff_s(attempt))
         if r.status_code >= 400:
             try:
                 message = r.json().get("error", {}).get("message", r.text)

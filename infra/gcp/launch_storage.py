@@ -40,6 +40,23 @@ def prepare_storage(credentials, project: str, url: str, *, region: str, owner: 
                              "roles/iam.serviceAccountAdmin there", cloud="gcp", region=region) from None
 
 
+def prepare_node_account(credentials, project: str, *, region: str, owner: str, cluster_id: str, job_id: str = "",
+                         iam_endpoint: str | None = None) -> str:
+    """The cluster's node account (email) without any bucket: a run without a gs:// checkpoint. Its only
+    grants are the ones launch gives it on its own instances (self-deletion)."""
+    from infra.gcp.iam import IamApi, IamError
+
+    iam = IamApi(credentials, project, iam_endpoint)
+    try:
+        return iam.ensure_service_account(
+            storage.account_id(cluster_id), display_name=f"dlrun node {cluster_id}"[:100],
+            description=storage.account_description(cluster_id=cluster_id, job_id=job_id, region=region,
+                                                    bucket="", owner=owner))
+    except IamError as e:
+        raise ProvisionError(f"cannot make the node service account in project {project} ({e}): dlrun needs "
+                             "roles/iam.serviceAccountAdmin there", cloud="gcp", region=region) from None
+
+
 MAX_LISTED_ACCOUNTS = 1000  # the orphan search looks at no more (a project holds 100 by default)
 
 

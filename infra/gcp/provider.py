@@ -3,10 +3,15 @@
 The region's zones that offer the GPU are tried in order (DEFAULT_ZONES, overridable, filtered by
 infra/gcp/zones.py); the launch order, rollback and zone failover are infra/vm/provider.py's, this file
 is the Compute Engine calls. Clusters live on dlrun's own network (infra/gcp/network.py), made on the
-first launch in a region and kept. A project with OS Login on is refused before anything is made: its
-VMs ignore the `ssh-keys` metadata dlrun reaches its nodes with. Every instance
-carries dlrun's labels, so launch is idempotent by cluster id (a half-made cluster is finished in
-its zone) and list_owned() finds leftovers for `dlrun down --orphans`.
+first launch in a region and kept. Every instance sets `enable-oslogin=FALSE` (overriding a project
+that turns OS Login on); an organisation policy that forbids it fails the insert and ends every GCP attempt
+(errors.py). Every instance carries dlrun's labels, so launch is idempotent by cluster id (a half-made
+cluster is finished in its zone) and list_owned() finds leftovers for `dlrun down --orphans`.
+
+Every node runs as its cluster's own service account (made per launch, removed at teardown), which may
+delete its own instance and boot disk and nothing else: the node's watchdog deletes the instance when dlrun
+stopped watching (self_end.py), since a guest power-off only stops a GCE instance. Every API call retries
+rate limits (retry.py); an insert retries while a new node account has not reached Compute Engine.
 """
 from __future__ import annotations
 
@@ -25,30 +30,32 @@ from infra.base import (TAG_CLUSTER, BootstrapConfig, Cluster, ClusterRequest, C
                         ProviderError, ProvisionError)
 from infra.gcp import errors as gcp_errors, network as net
 from infra.buckets import node_client_packages
-from infra.gcp.launch_storage import (clear_run_prefix, leftover_node_accounts, prepare_storage,
-                                      remove_node_account)
+from infra.gcp.launch_storage import prepare_node_account, prepare_storage, remove_node_account
 from infra.gcp.storage import account_email, account_id
 from infra.gcp.zones import zones_for
+from infra.gcp.retry import RateLimited
+from infra.gcp.self_end import SELF_DELETE_ROLE, self_end_script
 from infra.identity import owner_identity
-from infra.gcp.compute import (DEFAULT_ZONES, META_CLUSTER_ID, META_JOB_ID, META_PRICE, addresses_of,
-                               instance_body, instance_names, metadata_of)
-from infra.gcp.records import cluster_from_instances, node_state, with_accounts
+from infra.gcp.compute import DEFAULT_ZONES, addresses_of, instance_body, instance_names
+from infra.gcp.records import cluster_from_instances, node_state
+from infra.gcp.markets import sold_markets
+from infra.gcp.teardown import GcpTeardown
 from infra.vm.bootstrap import startup_script
 from infra.vm.keys import ensure_cluster_key, key_path, remove_cluster_key
-from infra.auth import remove_token
-from infra.vm.ssh import forget_host_keys
 from infra.vm.provider import Created, Found, VmProvider, local_ray_version
 
 PREEMPTED_OPERATION = "compute.instances.preempted"
+# an insert naming a node account IAM has not propagated to Compute Engine yet is tried again for this long
+ACCOUNT_PROPAGATION_S, ACCOUNT_RETRY_S = 180.0, 5.0
 
 
-class GcpProvider(VmProvider):
+class GcpProvider(GcpTeardown, VmProvider):
     name = "gcp"
     operation_timeout_s = 600.0
 
     def __init__(self, project: str | None = None, credentials=None, api_endpoint: str | None = None,
                  ssh_cidr: str | None = None, zones: dict[str, list[str]] | None = None,
-                 storage_endpoint: str | None = None, iam_endpoint: str | None = None):
+                 storage_endpoint: str | None = None, iam_endpoint: str | None = None, sleep=time.sleep):
         # DLRUN_GCP_API_ENDPOINT points the client at a Compute Engine emulator (the tests' fake server)
         api_endpoint = api_endpoint or os.environ.get("DLRUN_GCP_API_ENDPOINT") or None
         self._project, self._credentials, self.api_endpoint = project, credentials, api_endpoint
@@ -61,6 +68,7 @@ class GcpProvider(VmProvider):
         self._terminated: set[str] = set()
         self._access_checked = False
         self._networked: set[str] = set()  # regions whose network and subnet are known to exist
+        self._sleep = sleep
 
     # ---------------------------------------------------------------- clients
     @property
@@ -90,14 +98,12 @@ class GcpProvider(VmProvider):
                                    "`gcloud config set project PROJECT_ID`", cloud="gcp")
         self._credentials = credentials
         kw = dict(credentials=credentials, client_options=options, transport="rest")
-        self._clients = {"instances": compute_v1.InstancesClient(**kw),
-                         "zone_ops": compute_v1.ZoneOperationsClient(**kw),
-                         "firewalls": compute_v1.FirewallsClient(**kw),
-                         "global_ops": compute_v1.GlobalOperationsClient(**kw),
-                         "networks": compute_v1.NetworksClient(**kw),
-                         "subnetworks": compute_v1.SubnetworksClient(**kw),
-                         "region_ops": compute_v1.RegionOperationsClient(**kw),
-                         "projects": compute_v1.ProjectsClient(**kw)}
+        clients = {"instances": compute_v1.InstancesClient, "zone_ops": compute_v1.ZoneOperationsClient,
+                   "firewalls": compute_v1.FirewallsClient, "global_ops": compute_v1.GlobalOperationsClient,
+                   "networks": compute_v1.NetworksClient, "subnetworks": compute_v1.SubnetworksClient,
+                   "region_ops": compute_v1.RegionOperationsClient, "projects": compute_v1.ProjectsClient,
+                   "disks": compute_v1.DisksClient}
+        self._clients = {name: RateLimited(cls(**kw), sleep=self._sleep) for name, cls in clients.items()}
         return self._clients
 
     def _c(self, name: str):
@@ -105,25 +111,26 @@ class GcpProvider(VmProvider):
 
     def check_credentials(self) -> None:
         self._connect()  # application default credentials and a project, or CredentialsError
-        self._check_ssh_access()
+        self._check_project()
 
-    def _check_ssh_access(self) -> None:
-        """Refuse an OS Login project (exit 4, like any access dlrun is refused) before anything is made."""
+    def _check_project(self) -> None:
+        """The project answers (credentials and project id are usable) before anything is made. OS Login in
+        the project's common metadata is no obstacle: every instance overrides it (compute.py)."""
         if self._access_checked:
             return
-        project = self._c("projects").get(project=self.project)
-        metadata = project.common_instance_metadata
-        items = {i.key.lower(): i.value for i in (metadata.items if metadata else [])}
-        if items.get("enable-oslogin", "").strip().upper() == "TRUE":
-            raise CredentialsError(
-                f"GCP project {self.project} turns on OS Login (enable-oslogin=TRUE in its common metadata), "
-                "which ignores the per-cluster SSH key dlrun gives its VMs and dlrun does not use OS Login "
-                "keys: use a project without OS Login, or ask its admin to remove enable-oslogin", cloud="gcp")
+        self._c("projects").get(project=self.project)
         self._access_checked = True
 
     def offers(self):
-        return [o for o in super().offers() if o.region not in self.zone_table
-                or zones_for(o, self.zone_table[o.region])]
+        out = []
+        for o in super().offers():
+            if o.region in self.zone_table and not zones_for(o, self.zone_table[o.region]):
+                continue
+            markets = sold_markets(o.instance_type)
+            if markets is not None:
+                o.extra["markets"] = markets  # e.g. a3-highgpu-1g: spot only (configs/catalog/gcp_markets.csv)
+            out.append(o)
+        return out
 
     # ---------------------------------------------------------------- launch (VmProvider hooks)
     def to_provider_error(self, e: BaseException, **where) -> ProviderError:
@@ -146,15 +153,29 @@ class GcpProvider(VmProvider):
         return Found(None, complete=False, zones=list(existing), instances=existing) if existing else None
 
     def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> dict:
-        self._check_ssh_access()
-        cfg, account = request.bootstrap or BootstrapConfig(ray_version=local_ray_version("gcp")), ""
+        self._check_project()
+        markets = sold_markets(request.offer.instance_type)
+        market = "spot" if request.spot else "on-demand"
+        if markets is not None and market not in markets:
+            raise ProvisionError(f"GCP does not sell {request.offer.instance_type} {market} (only "
+                                 f"{' / '.join(markets)}: configs/catalog/gcp_markets.csv)",
+                                 cloud="gcp", region=request.offer.region)
+        cfg = request.bootstrap or BootstrapConfig(ray_version=local_ray_version("gcp"))
+        # every node runs as its cluster's account: it may delete its own instance (self_end.py), and with a
+        # gs:// checkpoint reach that run's prefix; a failure after this line removes the account
+        created.identity = account_email(account_id(request.cluster_id), self.project)
+        owner = request.owner or owner_identity()
         if request.storage:
-            created.identity = account_email(account_id(request.cluster_id), self.project)  # a failure after it removes it
             account = prepare_storage(self._credentials, self.project, request.storage, region=request.offer.region,
-                                      owner=request.owner or owner_identity(), cluster_id=request.cluster_id,
+                                      owner=owner, cluster_id=request.cluster_id,
                                       job_id=request.job_id, storage_endpoint=self.storage_endpoint,
                                       iam_endpoint=self.iam_endpoint)
             cfg = replace(cfg, python_packages=[*cfg.python_packages, *node_client_packages("gs")])
+        else:
+            account = prepare_node_account(self._credentials, self.project, region=request.offer.region, owner=owner,
+                                           cluster_id=request.cluster_id, job_id=request.job_id,
+                                           iam_endpoint=self.iam_endpoint)
+        cfg = replace(cfg, self_end=self_end_script(self.api_endpoint))
         self._ensure_network(request.offer.region)
         for rule in net.firewall_rules(request.cluster_id, ssh_cidr, net.network_link(self.project)):
             try:
@@ -200,20 +221,25 @@ class GcpProvider(VmProvider):
         if names[0] not in have:
             script = startup_script(cfg, is_head=True, cluster_id=request.cluster_id, login_user=net.SSH_USER)
             op = self._insert(request, zone, names[0], True, script, public_key, created, account)
-            self._wait(op, zone, what=what)
+            self._wait(op, zone, what=what, spot=request.spot)
+            self._grant_self_delete(zone, names[0], account)
         head_ip = addresses_of(self._get_instance(zone, names[0]))[0]
         script = startup_script(cfg, is_head=False, head_ip=head_ip, cluster_id=request.cluster_id,
                                 login_user=net.SSH_USER)
-        ops = [self._insert(request, zone, name, False, script, public_key, created, account)
+        ops = [(name, self._insert(request, zone, name, False, script, public_key, created, account))
                for name in names[1:] if name not in have]
         errors = []
-        for op in ops:  # wait for all, so none is still being made when a failure is cleaned up
+        for name, op in ops:  # wait for all, so none is still being made when a failure is cleaned up
             try:
-                self._wait(op, zone, what=what)
+                self._wait(op, zone, what=what, spot=request.spot)
+                self._grant_self_delete(zone, name, account)
             except ProviderError as e:
                 errors.append(e)
         if errors:
             raise errors[0]
+        for name in names:
+            if name in have:  # made by an earlier launch of this cluster, which may have died before granting
+                self._grant_self_delete(zone, name, account)
         instances = [self._get_instance(zone, name) for name in names]
         return cluster_from_instances(request.cluster_id, request.job_id, request.offer.region, zone, instances,
                                       project=self.project, spot=request.spot,
@@ -225,9 +251,46 @@ class GcpProvider(VmProvider):
         body = instance_body(request, name=name, zone=zone, project=self.project,
                              is_head=is_head, script=script, ssh_public_key=public_key,
                              service_account=account)
-        op = self._c("instances").insert(project=self.project, zone=zone, instance_resource=body)
+        deadline = time.monotonic() + ACCOUNT_PROPAGATION_S
+        while True:
+            try:
+                op = self._c("instances").insert(project=self.project, zone=zone, instance_resource=body)
+                break
+            except gexc.GoogleAPICallError as e:
+                # IAM is eventually consistent (cloud.google.com/iam/docs/overview#consistency): the account
+                # made a moment ago may not be known to Compute Engine yet. Only dlrun's own account is waited
+                # for; the same answer after the deadline is the permission problem it names.
+                mine = account and account == account_email(account_id(request.cluster_id), self.project)
+                if not (mine and gcp_errors.is_account_not_ready(e.code, e.message or "")
+                        and time.monotonic() < deadline):
+                    raise gcp_errors.from_exception(e, region=request.offer.region, zone=zone,
+                                                    what=request.offer.instance_type, spot=request.spot) from None
+                self._sleep(ACCOUNT_RETRY_S)
         created.instances.append((zone, name))
         return op.name
+
+    def _grant_self_delete(self, zone: str, name: str, account: str) -> None:
+        """The node account may delete this instance and its boot disk, and nothing else (self_end.py): an
+        instance-level and a disk-level IAM policy, each with one binding."""
+        if not account:
+            return
+        policy = compute_v1.Policy(bindings=[compute_v1.Binding(role=SELF_DELETE_ROLE,
+                                                                members=[f"serviceAccount:{account}"])])
+        request = compute_v1.ZoneSetPolicyRequest(policy=policy)
+        try:
+            self._c("instances").set_iam_policy(project=self.project, zone=zone, resource=name,
+                                                zone_set_policy_request_resource=request)
+            self._c("disks").set_iam_policy(project=self.project, zone=zone, resource=name,
+                                            zone_set_policy_request_resource=request)
+        except gexc.GoogleAPICallError as e:
+            err = gcp_errors.from_exception(e, region=zone.rsplit("-", 1)[0], zone=zone)
+            if isinstance(err, CredentialsError):
+                raise CredentialsError(f"dlrun could not let node {name} delete itself ({e.message}): it needs "
+                                       "compute.instances.setIamPolicy and compute.disks.setIamPolicy "
+                                       "(roles/compute.instanceAdmin.v1 or roles/compute.admin on the project); "
+                                       "without them an unwatched node would only stop, its disk still billed",
+                                       cloud="gcp", region=err.region, zone=zone) from None
+            raise err from None
 
     def undo_zone(self, created: Created, zone: str) -> None:
         self._delete_instances([k for k in created.instances if k[0] == zone])
@@ -242,7 +305,8 @@ class GcpProvider(VmProvider):
             remove_node_account(self._credentials, self.project, created.identity, self.storage_endpoint, self.iam_endpoint)
         created.instances, created.firewalls, created.key, created.identity = [], [], "", ""
 
-    def _wait(self, op_name: str, zone: str | None, *, what: str = "", region: str = "") -> None:
+    def _wait(self, op_name: str, zone: str | None, *, what: str = "", region: str = "",
+              spot: bool | None = None) -> None:
         """Wait for a zone (or region, or global) operation; raise its error mapped to a provider error.
 
         Not ExtendedOperation.result(): its poller is a ZoneOperationsClient the library makes
@@ -262,7 +326,7 @@ class GcpProvider(VmProvider):
                 raise ProvisionError(f"GCP operation {op_name} not done after {self.operation_timeout_s:.0f}s",
                                      cloud="gcp", zone=zone or "")
         region = zone.rsplit("-", 1)[0] if zone else region
-        error = gcp_errors.from_operation(op, region=region, zone=zone or "", what=what)
+        error = gcp_errors.from_operation(op, region=region, zone=zone or "", what=what, spot=spot)
         if error:
             raise error
 
@@ -302,96 +366,3 @@ class GcpProvider(VmProvider):
                     project=self.project, zone=zone, filter=f'operationType = "{PREEMPTED_OPERATION}"')):
                 names.add(op.target_link.rsplit("/", 1)[-1])
         return names
-
-    # ---------------------------------------------------------------- teardown
-    def terminate(self, cluster: Cluster) -> None:
-        zones = {n.zone for n in cluster.nodes if n.zone} | ({cluster.zone} if cluster.zone else set())
-        try:
-            keys = {(n.zone or cluster.zone, n.node_id) for n in cluster.nodes}
-            accounts = {cluster.extra.get("node_account", "")}
-            for zone, items in self._find_instances(cluster.cluster_id, sorted(zones)).items():
-                keys |= {(zone, i.name) for i in items}
-                accounts |= {a.email for i in items for a in i.service_accounts}
-            self._delete_instances(sorted(keys), strict=True)
-            self._delete_firewalls(list(net.firewall_names(cluster.cluster_id)), strict=True)
-            mine = account_email(account_id(cluster.cluster_id), self.project)
-            if mine in accounts:  # only the account made for this cluster (never one the user named)
-                remove_node_account(self._credentials, self.project, mine, self.storage_endpoint, self.iam_endpoint)
-        except Exception as e:
-            raise gcp_errors.from_exception(e, region=cluster.region) from None
-        remove_cluster_key(cluster.cluster_id)
-        forget_host_keys(cluster.cluster_id)
-        remove_token(cluster.cluster_id)
-        self._terminated.add(cluster.cluster_id)
-
-    def _delete_instances(self, keys: list[tuple[str, str]], strict: bool = False) -> None:
-        ops = []
-        for zone, name in keys:
-            try:
-                ops.append((zone, self._c("instances").delete(project=self.project, zone=zone, instance=name).name))
-            except gexc.NotFound:
-                pass
-            except Exception:
-                if strict:
-                    raise
-        for zone, op in ops:
-            try:
-                self._wait(op, zone)
-            except Exception:
-                if strict:
-                    raise
-
-    def _delete_firewalls(self, names: list[str], strict: bool = False) -> None:
-        for name in names:
-            try:
-                self._wait(self._c("firewalls").delete(project=self.project, firewall=name).name, None)
-            except gexc.NotFound:
-                pass
-            except Exception:
-                if strict:
-                    raise
-
-    def clear_run_prefix(self, owner: str, relative: str) -> dict[str, list[str]]:
-        """`--fresh` in dlrun's own buckets (launch_storage.clear_run_prefix); {} without a GCP login."""
-        try:
-            project = self.project
-        except CredentialsError:
-            return {}  # no attempt of the run could reach them then
-        try:
-            return clear_run_prefix(self._credentials, project, owner, relative, self.storage_endpoint)
-        except Exception as e:
-            raise gcp_errors.from_exception(e) from None
-
-    # ---------------------------------------------------------------- orphans
-    def list_owned(self) -> list[Cluster]:
-        try:
-            return self._list_owned()
-        except Exception as e:
-            raise gcp_errors.from_exception(e) from None
-
-    def _list_owned(self) -> list[Cluster]:
-        by_cluster: dict[str, dict] = {}
-        for region, zones in self.zone_table.items():
-            for zone in zones:
-                for inst in self._c("instances").list(request=compute_v1.ListInstancesRequest(
-                        project=self.project, zone=zone, filter=f"labels.{TAG_CLUSTER}:*")):
-                    meta = metadata_of(inst)
-                    cluster_id = meta.get(META_CLUSTER_ID) or inst.labels[TAG_CLUSTER]
-                    entry = by_cluster.setdefault(cluster_id, {"region": region, "zone": zone, "instances": [],
-                                                               "meta": meta})
-                    entry["instances"].append(inst)
-        for fw in self._c("firewalls").list(project=self.project):
-            cluster_id = net.cluster_id_of_firewall(fw)
-            if fw.name.startswith(net.NAME_PREFIX) and cluster_id:
-                by_cluster.setdefault(cluster_id, {"region": "", "zone": "", "instances": [], "meta": {}})
-        clusters = []
-        for cluster_id, entry in sorted(by_cluster.items()):
-            instances, meta = entry["instances"], entry["meta"]
-            first = instances[0] if instances else None
-            clusters.append(cluster_from_instances(
-                cluster_id, meta.get(META_JOB_ID, ""), entry["region"], entry["zone"], instances,
-                project=self.project, spot=bool(first and first.scheduling.provisioning_model == "SPOT"),
-                price=float(meta.get(META_PRICE) or 0.0),
-                instance_type=first.machine_type.rsplit("/", 1)[-1] if first else ""))
-        accounts = leftover_node_accounts(self._credentials, self.project, iam_endpoint=self.iam_endpoint)
-        return with_accounts(clusters, accounts, project=self.project)

@@ -25,8 +25,9 @@ OBJECT_ROLE = "roles/storage.objectAdmin"    # read/write/delete objects (no buc
 LIST_ROLE = "roles/storage.objectViewer"     # held on the bucket resource only: objects.list
 OBJECTS_TITLE, LIST_TITLE = "dlrun-run-objects", "dlrun-run-list"
 POLICY_VERSION = 3  # conditional bindings need policy version 3 (JSON API buckets/getIamPolicy)
-# what the node's token may be used for; the bucket bindings above decide what it can reach
-NODE_SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
+# what the node's token may be used for; the IAM bindings decide what it can reach (the run's prefix;
+# its own instance and boot disk, for self-deletion: infra/gcp/self_end.py)
+NODE_SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write", "https://www.googleapis.com/auth/compute")
 ACCOUNT_PREFIX = "dlrun-"
 DESCRIPTION_MAX = 256  # IAM serviceAccounts.description
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# dlrun's node watchdog: powers this VM off (the cloud then deletes it) when dlrun's heartbeat has been
+# dlrun's node watchdog: ends this VM (EC2 terminates a powered-off instance; on GCE END_SCRIPT deletes it) when dlrun's heartbeat has been
 # silent for IDLE_S seconds (dlrun, or its detached supervisor, touches ~LOGIN_USER/.dlrun-heartbeat
 # over SSH every minute while it watches), and unconditionally after HARD_S seconds (0: no limit).
 # A forgotten cluster — a laptop asleep, dlrun killed, the network gone — stops costing money.

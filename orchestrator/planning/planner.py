@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from infra import capabilities
 from infra.base import QuotaScope
-from infra.catalog import Offer, canonical_gpu
+from infra.catalog import Offer, canonical_gpu, sold_markets
 from infra.identity import owner_identity
 from orchestrator.planning import software
 from orchestrator.planning.estimator import Estimate, estimate, history_from_store
@@ -194,8 +194,10 @@ def markets(offer: Offer, spot_policy: str) -> list[bool]:
     if not capabilities(offer.cloud).spot:
         return [False]
     has_spot = offer.spot_price_per_hour is not None
-    return {"never": [False], "always": [True] if has_spot else [],
-            "auto": [False, True] if has_spot else [False]}[spot_policy]
+    allowed = {"never": [False], "always": [True] if has_spot else [],
+               "auto": [False, True] if has_spot else [False]}[spot_policy]
+    sold = sold_markets(offer)  # e.g. GCP's a3-highgpu-1g: sold as spot only (configs/catalog/gcp_markets.csv)
+    return [m for m in allowed if sold is None or ("spot" if m else "on-demand") in sold]
 
 
 def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:

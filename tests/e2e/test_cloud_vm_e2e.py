@@ -23,6 +23,7 @@ import pytest
 
 from tests.fakes.aws_images import seed_image_parameters
 from tests.fakes.gce_server import FakeGce
+from tests.fakes.gcs_server import FakeGcs
 from tests.fakes.vm.clouds import wait_until
 from tests.fakes.vm.fixtures import vm_support_problem
 from tests.fakes.vm.lab import VmLab
@@ -200,20 +201,23 @@ def test_a_gpu_offer_whose_image_has_no_usable_gpu_fails_its_boot_and_fails_over
 
 
 def test_gcp_vm_whose_sshd_starts_late_is_waited_for(env, tmp_path, lab, dlrun_home):
-    with FakeGce() as gce:
+    # the fake IAM too: every GCE node runs as its cluster's own service account (infra/gcp/self_end.py)
+    with FakeGce() as gce, FakeGcs(project=gce.project) as iam:
+        gce.iam = iam
         watcher = lab.watch_gce(gce)
         # the guest agent makes the login user late after "RUNNING" (often half a minute): 12 s already
         # refuse dlrun's first SSH attempts, and the boot script then waits for the token they bring
         lab.sshd_delay_s = 12
         try:
-            e = dict(env, DLRUN_GCP_API_ENDPOINT=gce.endpoint, GOOGLE_CLOUD_PROJECT=gce.project)
+            e = dict(env, DLRUN_GCP_API_ENDPOINT=gce.endpoint, GOOGLE_CLOUD_PROJECT=gce.project,
+                     DLRUN_GCP_IAM_ENDPOINT=iam.endpoint, DLRUN_GCS_ENDPOINT=iam.endpoint)
             r = dlrun("submit", str(job_file(tmp_path, cloud="gcp", region="us-central1", name="gcp-cnn")),
                       "--backend", "gcp", env=e)
             assert r.returncode == 0, r.stderr[-4000:]
             st = status(r.stdout.split()[0], e)
             assert st["status"] == "SUCCEEDED" and st["backend"] == "gcp" and st["metrics"]["accuracy"] >= 0.95
             wait_for(lambda: not lab.vms, timeout=30)
-            assert gce.instances == {} and gce.firewalls == {}
+            assert gce.instances == {} and gce.disks == {} and gce.firewalls == {} and iam.accounts == {}
         finally:
             lab.sshd_delay_s = 0
             watcher.stop()

@@ -124,7 +124,7 @@ class NetworkApi:
         self.subnetworks[(region, name)] = dict(
             body, kind="compute#subnetwork", id=str(next(self._ids)), selfLink=link, network=network["selfLink"],
             region=self._link(f"regions/{region}"), gatewayAddress=str(next(cidr.hosts())))
-        self._subnet_next[link] = 2
+        self._subnet_next[link] = 2 + self._address_seed % max(1, cidr.num_addresses // 2 - 2)
         network["subnetworks"].append(link)
         return self._operation(f"region:{region}", "insert", link)
 

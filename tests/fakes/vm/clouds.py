@@ -6,7 +6,8 @@ A watcher reports the instances that should have a VM (RUNNING) to VmLab.sync, w
 and kills those that stopped, were terminated, deleted or preempted, or vanished. Before that, for each of
 its VMs whose guest powered itself off (`shutdown -h now`, ...: see power.py), it does through the fake
 cloud what the cloud does then: EC2 terminates or stops the instance per its
-InstanceInitiatedShutdownBehavior, GCE stops it (TERMINATED) or deletes it (termination action DELETE).
+InstanceInitiatedShutdownBehavior, GCE stops it (TERMINATED, whatever its termination action: that
+action is for preemption and maxRunDuration only), its disk kept and billed.
 
 Console output:
 - EC2: moto's GetConsoleOutput answers a fixed sample text from a response method
@@ -26,8 +27,9 @@ from typing import TYPE_CHECKING, Callable
 
 import boto3
 
+from ..gce_metadata import FakeGceMetadata
 from .machine import VmSpec
-from .metadata import VmMetadata, moto_role_credentials
+from .metadata import GceVmMetadata, VmMetadata, moto_role_credentials
 
 if TYPE_CHECKING:
     from .lab import VmLab
@@ -188,10 +190,16 @@ class Ec2Watcher(Watcher):
 
 
 class GceWatcher(Watcher):
-    def __init__(self, lab: "VmLab", fake, user: str = "dlrun", interval_s: float = 0.3):
+    """FakeGce's RUNNING instances get VMs. Each VM gets GCE's metadata server for its own instance and
+    forwarders to the fake Compute Engine and, given `gcs_port`, the fake Cloud Storage (metadata.py);
+    its login user gets the `ssh-keys` of its metadata unless OS Login governs it (the guest agent then
+    ignores ssh-keys: cloud.google.com/compute/docs/oslogin), and a guest power-off stops the instance
+    (FakeGce.guest_shutdown: TERMINATED, disk kept) and nothing more: deleting it is the node's own job."""
+
+    def __init__(self, lab: "VmLab", fake, user: str = "dlrun", interval_s: float = 0.3, gcs_port: int | None = None):
         self.source = f"gce:{fake.endpoint}"
         super().__init__(lab, user, interval_s)
-        self.fake = fake
+        self.fake, self.gcs_port = fake, gcs_port
         self._previous_hook = fake.serial_port_output
         fake.serial_port_output = lambda zone, name: self.lab.console_of(name)
 
@@ -217,10 +225,19 @@ class GceWatcher(Watcher):
         items = {m["key"]: m.get("value", "") for m in (inst.get("metadata") or {}).get("items", [])}
         keys = [line.split(":", 1)[1] for line in items.get("ssh-keys", "").splitlines()
                 if ":" in line and line.split(":", 1)[0] == self.user]
+        if self.fake.os_login_on(inst):
+            keys = []  # OS Login: the guest agent takes no keys from metadata
         script = items.get("startup-script")
+        zone, name = inst["zone"].rsplit("/", 1)[-1], inst["name"]
+        ports = (self.fake.port, self.gcs_port)
         return VmSpec(instance_id=inst["name"], private_ip=nic["networkIP"], public_ip=public, user=self.user,
                       authorized_keys=keys, boot_script=script.encode() if script is not None else None,
-                      hostname=inst["name"], cloud_id=inst["id"])
+                      hostname=inst["name"], cloud_id=inst["id"],
+                      # GCE's guest environment puts the metadata server's name in /etc/hosts ("# Added by
+                      # Google"), which is how google.auth (metadata.google.internal) reaches it
+                      extra_hosts="169.254.169.254 metadata.google.internal metadata  # Added by Google\n",
+                      metadata=lambda netns: GceVmMetadata(netns, FakeGceMetadata.of_instance(self.fake, zone, name),
+                                                           ports))
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05):

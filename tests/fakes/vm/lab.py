@@ -122,8 +122,9 @@ class VmLab:
     def watch_ec2(self, endpoint_url: str, region: str, *, user: str = "ubuntu") -> Ec2Watcher:
         return self._watch(Ec2Watcher(self, endpoint_url, region, user, self.poll_interval_s))
 
-    def watch_gce(self, fake, *, user: str = "dlrun") -> GceWatcher:
-        return self._watch(GceWatcher(self, fake, user, self.poll_interval_s))
+    def watch_gce(self, fake, *, user: str = "dlrun", gcs_port: int | None = None) -> GceWatcher:
+        """`gcs_port`: the fake Cloud Storage's port, forwarded into each VM like the fake GCE's."""
+        return self._watch(GceWatcher(self, fake, user, self.poll_interval_s, gcs_port=gcs_port))
 
     def _watch(self, watcher):
         self._watchers.append(watcher)

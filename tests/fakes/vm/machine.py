@@ -46,6 +46,7 @@ class VmSpec:
     sshd_delay_s: float = 0.0
     cloud_id: str = ""  # what the cloud would need to tell a replacement apart (GCE's numeric id)
     metadata: object = None  # netns -> metadata.VmMetadata: the VM's 169.254.169.254 (EC2 VMs)
+    extra_hosts: str = ""  # more /etc/hosts lines, as the cloud's image has them (GCE: metadata.google.internal)
 
     def __post_init__(self):
         self.hostname = self.hostname or "ip-" + self.private_ip.replace(".", "-")
@@ -82,7 +83,8 @@ class Vm:
     def boot(self, image: Image, timeout_s: float = 30) -> "Vm":
         files, self.host_key = vm_files(
             self.vm_dir, user=self.spec.user, hostname=self.spec.hostname, private_ip=self.spec.private_ip,
-            authorized_keys=self.spec.authorized_keys, boot_script=self.spec.boot_script)
+            authorized_keys=self.spec.authorized_keys, boot_script=self.spec.boot_script,
+            extra_hosts=self.spec.extra_hosts)
         (self.vm_dir / "layer").mkdir()
         spec_path = self.vm_dir / "spec.json"
         spec_path.write_text(json.dumps({

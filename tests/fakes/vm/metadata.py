@@ -12,6 +12,12 @@ entered the VM's namespace (setns), then served from ordinary threads here.
   meta-data/spot/instance-action (404 until notice()).
 - S3: 127.0.0.1:PORT in the VM forwards to 127.0.0.1:PORT here (moto's server), so the endpoint URL
   dlrun hands the node is the one it uses itself.
+- GCE (GceVmMetadata): tests/fakes/gce_metadata.py's server for the VM's own instance (its name, zone,
+  project, preemption, its service account's token), and forwarders for the fake Compute Engine's and
+  the fake Cloud Storage's ports, so the endpoints dlrun hands the node (DLRUN_GCP_API_ENDPOINT,
+  DLRUN_GCS_ENDPOINT) are the ones it uses itself, as a Private Service Connect endpoint would be.
+  metadata.google.internal is not resolvable in a lab VM: code on the node must use 169.254.169.254
+  (google.auth does; so does dlrun's self-delete script).
 """
 from __future__ import annotations
 
@@ -99,6 +105,56 @@ class VmMetadata(MetadataState):
             upstream.settimeout(None)
             for a, b in ((conn, upstream), (upstream, conn)):
                 threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+
+class GceVmMetadata:
+    """A GCE VM's 169.254.169.254 (the fake metadata server for its instance) and its port forwarders."""
+
+    def __init__(self, netns: str, metadata, forward_ports: tuple[int, ...] = ()):
+        self.netns, self.metadata, self.forward_ports = netns, metadata, tuple(p for p in forward_ports if p)
+        self._servers: list = []
+        self._stop = threading.Event()
+
+    def start(self) -> "GceVmMetadata":
+        from ..gce_metadata import handler_for
+
+        ip("-n", self.netns, "addr", "add", f"{METADATA_IP}/32", "dev", "lo")
+        handler = handler_for(self.metadata)
+        httpd = in_netns(self.netns, lambda: http.server.ThreadingHTTPServer((METADATA_IP, 80), handler))
+        self._servers.append(httpd)
+        threading.Thread(target=httpd.serve_forever, daemon=True, name=f"gce-md-{self.netns}").start()
+        for port in self.forward_ports:
+            listener = in_netns(self.netns, lambda port=port: socket.create_server(("127.0.0.1", port)))
+            self._servers.append(listener)
+            threading.Thread(target=_forward_loop, args=(listener, port, self._stop), daemon=True,
+                             name=f"fwd-{port}-{self.netns}").start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for s in self._servers:
+            if isinstance(s, http.server.HTTPServer):
+                s.shutdown()
+                s.server_close()
+            else:
+                s.close()
+
+
+def _forward_loop(listener: socket.socket, port: int, stop: threading.Event) -> None:
+    """Each connection to 127.0.0.1:port in the VM is piped to 127.0.0.1:port of this machine."""
+    while not stop.is_set():
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        try:
+            upstream = socket.create_connection(("127.0.0.1", port), timeout=10)
+        except OSError:
+            conn.close()
+            continue
+        upstream.settimeout(None)
+        for a, b in ((conn, upstream), (upstream, conn)):
+            threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
