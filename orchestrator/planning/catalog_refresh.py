@@ -1,4 +1,8 @@
-"""`dlrun catalog refresh`: newer AWS spot prices from describe_spot_price_history.
+"""`dlrun catalog refresh` and the plan's reads of the clouds' APIs: quotas (quota_book), and newer AWS
+spot prices from describe_spot_price_history (refresh_spot_prices).
+
+Quotas: the regions a plan's offers are in are read again where the cache is older than the lifetime
+the caller gives (a plan: an hour; a launch: LAUNCH_QUOTA_AGE_S), all regions in parallel threads.
 
 For each instance type of the catalog in a region it keeps the latest price of every availability
 zone, with its own date. Every zone goes to $DLRUN_HOME/spot_zones.csv (infra/spot_zones.py ranks
@@ -11,12 +15,74 @@ import csv
 import datetime as dt
 from pathlib import Path
 
+from concurrent.futures import ThreadPoolExecutor
+
 from infra.catalog import load_offers
+from infra.refresh import aws_quotas, cache, gcp_quotas
+from infra.refresh.clients import (AwsClients, GcpClients, aws_credentials_configured,
+                                   gcp_credentials_configured)
+from infra.refresh.quotas import GLOBAL, QuotaBook
 from infra.spot_zones import FIELDS as ZONE_FIELDS, ZonePrice, home_zone_prices_path, rank
 from orchestrator.state.db import dlrun_home
 
+WORKERS = 16
 FIELDS = ["cloud", "region", "instance_type", "spot_price_per_hour", "price_date", "zone", "fetched_at"]
 
+
+# ---- quotas -----------------------------------------------------------------------------------------
+
+def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None, aws=None, gcp=None,
+               progress=None, fetch: bool = True) -> QuotaBook:
+    """The quotas of these (cloud -> regions), read again where older than max_age_s (default: the kind's
+    lifetime), in parallel. A cloud without credentials is "not checked", with the reason."""
+    book = QuotaBook()
+    jobs: list[tuple[str, list[str]]] = []
+    for cloud, wanted in regions.items():
+        if cloud not in ("aws", "gcp") or not wanted:
+            continue
+        units = cache.load(cloud, "quotas")
+        need = set(wanted) | ({GLOBAL} if cloud == "gcp" else set())
+        for r in need:
+            if r in units:
+                book.units[(cloud, r)] = units[r]
+        stale = sorted(r for r in need if r not in units or not units[r].fresh(max_age_s))
+        if not stale or not fetch:
+            continue
+        why_not = aws_credentials_configured() if cloud == "aws" else gcp_credentials_configured()
+        if why_not:
+            book.unchecked[cloud] = why_not
+        else:
+            jobs.append((cloud, stale))
+    if not jobs:
+        return book
+    if progress:
+        progress("reading quotas: " + ", ".join(f"{c} {len(rs)} region{'s' if len(rs) != 1 else ''}"
+                                                for c, rs in jobs))
+    futures = []
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        for cloud, stale in jobs:
+            if cloud == "aws":
+                aws = aws or AwsClients()
+                futures += [(cloud, pool.submit(lambda r=r, c=aws: {r: aws_quotas.read_region(c, r)}))
+                            for r in stale]
+                continue
+            gcp = gcp or GcpClients()
+            regional = [r for r in stale if r != GLOBAL]
+            if regional:
+                futures.append((cloud, pool.submit(gcp_quotas.read_regions, gcp, regional)))
+            if GLOBAL in stale:
+                futures.append((cloud, pool.submit(lambda c=gcp: {GLOBAL: gcp_quotas.read_project(c)})))
+        results: dict[str, dict[str, cache.Unit]] = {}
+        for cloud, f in futures:
+            results.setdefault(cloud, {}).update(f.result())
+    for cloud, fresh in results.items():
+        merged = cache.save(cloud, "quotas", fresh)
+        for region in fresh:
+            book.units[(cloud, region)] = merged[region]
+    return book
+
+
+# ---- spot prices (AWS) ------------------------------------------------------------------------------
 
 def spot_prices_path() -> Path:
     return dlrun_home() / "spot_prices.csv"

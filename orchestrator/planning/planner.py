@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from infra import capabilities
 from infra.base import QuotaScope
 from infra.catalog import Offer, canonical_gpu
+from infra.refresh.cache import LAUNCH_QUOTA_AGE_S
 from infra.identity import owner_identity
 from orchestrator.planning import software
 from orchestrator.planning.estimator import Estimate, estimate, history_from_store
@@ -60,6 +61,7 @@ class Plan:
     optimize: str = "cost"
     default_deadline: str | None = None  # set when the deadline is the config's default, not the job's
     zone_flags: dict[str, str] = field(default_factory=dict)  # offer key -> its flagged spot zone, in words
+    quota_raise: list[str] = field(default_factory=list)  # quotas that keep offers out: which to raise, in words
 
     @property
     def ranked(self) -> list[Candidate]:
@@ -83,6 +85,9 @@ class Plan:
                     f"needs {self.fastest_hours_ignoring_deadline:.2f} h; extend --deadline")
         if self.retired:
             return "nothing fits: " + " ".join(self.retired)
+        if self.quota_raise:
+            return ("nothing fits: this account's quotas rule out every candidate that would run it; raise "
+                    + "; or ".join(self.quota_raise))
         return "nothing fits: no candidate can run this job (see 'why excluded'); relax resources or clouds"
 
     def to_json(self) -> dict:
@@ -91,6 +96,7 @@ class Plan:
                 "fastest_hours_ignoring_deadline": self.fastest_hours_ignoring_deadline,
                 "max_cost": self.max_cost, "deadline_seconds": self.deadline_seconds, "notes": self.notes,
                 "optimize": self.optimize, "default_deadline": self.default_deadline, "zone_flags": self.zone_flags,
+                "quota_raise": self.quota_raise,
                 "profile": _profile_summary(self.profile),
                 "candidates": [c.to_json() for c in self.ranked]}
 
@@ -224,7 +230,9 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
 # --- the plan --------------------------------------------------------------------------------------
 
 def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), store=None, profile=None,
-         history=None, settings=None) -> Plan:
+         history=None, settings=None, quotas=None) -> Plan:
+    """quotas (infra.refresh.quotas.QuotaBook): a market this account cannot launch now is excluded,
+    naming the quota to raise; None: quotas are not looked at."""
     profile = profile or profile_for(spec)
     if history is None and store is not None:
         history = history_from_store(store)
@@ -257,7 +265,8 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             base, no_bucket = candidate_checkpoint(spec, offer, spot, owner)
             no_bucket = no_bucket or data_exclusion(spec, offer, base)
             market_reason = reason or (SPOT_POOL_BLOCKED if spot and spot_block_key(offer) in blocked else None) \
-                or quota_blocked(offer, spot, blocked)
+                or quota_blocked(offer, spot, blocked) \
+                or (quotas.blocked(offer, spot, nodes) if quotas is not None else None)
             why = market_reason or (est.why_not if not est.fits else None) or no_bucket
             market_reason = market_reason or no_bucket
             if why is None and max_cost is not None and est.cost > max_cost:
@@ -275,12 +284,43 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     retired = software.retired_wish_notes(spec, candidates)
     notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
     notes += storage_notes(chosen)
+    raise_these = quota_notes(candidates, chosen, quotas, nodes, notes, RANKS[optimize]) if quotas is not None else []
     return Plan(candidates=candidates, chosen=chosen,
                 cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
                 fastest_hours_ignoring_deadline=min((c.estimate.hours for c in workable), default=None),
                 max_cost=max_cost, deadline_seconds=deadline, profile=profile, notes=notes, optimize=optimize,
                 default_deadline=default_deadline, zone_flags=zone_flags(c for c in candidates if c.eligible and c.spot),
-                retired=retired if chosen is None else [])
+                retired=retired if chosen is None else [], quota_raise=raise_these)
+
+
+def quota_notes(candidates: list[Candidate], chosen: Candidate | None, quotas, nodes: int,
+                notes: list[str], better=None) -> list[str]:
+    """Notes on quotas (which to raise for better offers, which are not known); returns the quotas to raise
+    that would let in a candidate better than the chosen one (every quota-excluded one when none is)."""
+    from infra.refresh.quotas import raise_hint
+
+    better = better or RANKS["cost"]
+    raise_these: dict[str, str] = {}
+    for c in sorted(candidates, key=better):
+        if chosen is not None and better(c) >= better(chosen):
+            break
+        if c.reason and c.reason.startswith("quota: "):
+            for q in quotas.blocking_quotas(c.offer, c.spot, nodes):
+                raise_these.setdefault(f"{q.cloud}/{q.region}/{q.code}", q.describe())
+    if raise_these and chosen is not None:
+        clouds = sorted({k.split("/", 1)[0] for k in raise_these})
+        notes.append(f"quotas keep better offers out: raise {'; '.join(list(raise_these.values())[:4])}"
+                     f"{' …' if len(raise_these) > 4 else ''} ({'; '.join(raise_hint(c) for c in clouds)})")
+    unknown: dict[str, int] = {}
+    for c in candidates:
+        if c.eligible and c.offer.cloud != "local":
+            for why in quotas.unknown(c.offer, c.spot, nodes):
+                unknown[why] = unknown.get(why, 0) + 1
+    if unknown:
+        top = sorted(unknown, key=lambda w: -unknown[w])[:3]
+        notes.append("quotas not known for some offers (kept in the plan; a launch may still meet the quota): "
+                     + "; ".join(top) + (f"; and {len(unknown) - 3} more" if len(unknown) > 3 else ""))
+    return list(raise_these.values())
 
 
 def zone_flags(spot_candidates) -> dict[str, str]:
@@ -314,8 +354,12 @@ def restrict(spec, backend: str | None):
     return spec.model_copy(update={"resources": res})
 
 
-def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers: list[Offer] | None = None) -> Plan:
-    """The plan over every backend the spec names (this machine and the catalog's cloud offers)."""
+def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers: list[Offer] | None = None,
+             quota_max_age_s: float | None = LAUNCH_QUOTA_AGE_S, quotas=None, progress=None) -> Plan:
+    """The plan over every backend the spec names (this machine and the catalog's cloud offers).
+
+    The account's quotas in the offers' regions are read again where older than quota_max_age_s (default
+    LAUNCH_QUOTA_AGE_S: this plan may be launched; `dlrun plan` passes None, the quotas' lifetime)."""
     from infra import offers_for
 
     check_checkpoint(spec)
@@ -323,4 +367,24 @@ def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers:
         offers = offers_for(spec.resources.clouds)
     else:
         offers = [o for o in offers if o.cloud in spec.resources.clouds]
-    return plan(spec, offers, blocked=blocked, store=store)
+    if quotas is None:
+        quotas = quotas_for(spec, offers, quota_max_age_s, progress or _stderr)
+    return plan(spec, offers, blocked=blocked, store=store, quotas=quotas)
+
+
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def quotas_for(spec, offers: list[Offer], max_age_s: float | None, progress=None):
+    """The QuotaBook of the regions the spec may use (orchestrator/planning/catalog_refresh.quota_book)."""
+    from orchestrator.planning.catalog_refresh import quota_book
+
+    res = spec.resources
+    regions: dict[str, set[str]] = {}
+    for o in offers:
+        if capabilities(o.cloud).billed and (not res.regions or o.region in res.regions):
+            regions.setdefault(o.cloud, set()).add(o.region)
+    return quota_book(regions, max_age_s=max_age_s, progress=progress)
