@@ -114,7 +114,7 @@ class QuotaBook:
         return []
 
     def _aws(self, offer, spot, nodes) -> list[Demand]:
-        from infra.refresh.aws_quotas import bucket_of
+        from infra.refresh.aws_buckets import bucket_of
 
         need = offer.vcpus * nodes
         bucket = bucket_of(offer.instance_type, spot)
