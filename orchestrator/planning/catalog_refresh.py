@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from concurrent.futures import ThreadPoolExecutor
@@ -192,3 +194,177 @@ def _merge_zones(rows: list[dict]) -> None:
         w.writeheader()
         w.writerows(sorted(kept + new, key=lambda r: (r["cloud"], r["region"], r["instance_type"], r["zone"])))
     tmp.replace(path)
+
+
+# ---- the whole catalog --------------------------------------------------------------------------------
+
+KINDS = {"aws": ("specs", "offerings", "ondemand", "spot"), "gcp": ("specs", "offerings", "ondemand")}
+
+
+@dataclass
+class SourceResult:
+    cloud: str
+    kind: str
+    region: str
+    status: str          # fetched | kept (failed: previous rows kept) | failed (nothing to keep) | fresh
+    rows: int = 0
+    age_s: float = 0.0
+    error: str = ""
+
+    def line(self) -> str:
+        what = f"{self.cloud} {self.kind}{'' if self.region in ('global', '') else ' ' + self.region}"
+        if self.status == "fetched":
+            return f"{what}: {self.rows} rows fetched"
+        if self.status == "fresh":
+            return f"{what}: fresh ({cache.age_words(self.age_s)} old), not fetched"
+        if self.status == "kept":
+            return f"{what}: FAILED ({self.error}); kept the rows fetched {cache.age_words(self.age_s)} ago"
+        return f"{what}: FAILED ({self.error}); nothing fetched before: the snapshot stands"
+
+
+@dataclass
+class RefreshReport:
+    results: list[SourceResult] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)   # cloud -> why it was not refreshed
+    offers: int = 0
+    regions: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[SourceResult]:
+        return [r for r in self.results if r.status in ("kept", "failed")]
+
+
+def _record(report: RefreshReport, lock, cloud: str, kind: str, fresh: dict[str, cache.Unit]) -> None:
+    merged = cache.save(cloud, kind, fresh)
+    with lock:
+        for region, unit in fresh.items():
+            m = merged[region]
+            if not unit.error:
+                report.results.append(SourceResult(cloud, kind, region, "fetched", len(unit.rows)))
+            else:
+                report.results.append(SourceResult(cloud, kind, region, "kept" if m.fetched_at else "failed",
+                                                   len(m.rows), m.age_s(), unit.error))
+
+
+def refresh_catalog(clouds=("aws", "gcp"), regions: list[str] | None = None, *, max_age: dict | None = None,
+                    aws=None, gcp=None, progress=None) -> RefreshReport:
+    """Fetch what is older than its lifetime (max_age: kind -> seconds; {} forces everything) from the
+    clouds' APIs, every source in parallel; then rebuild $DLRUN_HOME/catalog/offers.csv and the zone tables.
+    A source that fails keeps its previous rows and says so; a cloud without credentials is skipped."""
+    import threading
+
+    from infra.refresh import aws_prices, gcp_prices
+
+    started = time.time()
+    report, lock = RefreshReport(), threading.Lock()
+    ages = {k: cache.LIFETIME_S[k] if max_age is None else max_age.get(k, 0.0) for k in cache.LIFETIME_S}
+
+    def stale(cloud, kind, region, units=None):
+        u = (units or cache.load(cloud, kind)).get(region)
+        if u is not None and u.fetched_at and u.fresh(ages[kind]):
+            report.results.append(SourceResult(cloud, kind, region, "fresh", len(u.rows), u.age_s()))
+            return False
+        return True
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        futures = []
+        if "aws" in clouds:
+            why = aws_credentials_configured()
+            if why:
+                report.skipped["aws"] = why
+            else:
+                aws = aws or AwsClients()
+                try:
+                    aws_regions = regions_for_aws(aws, regions)
+                except Exception as e:  # noqa: BLE001 — describe_regions refused: nothing to refresh
+                    report.skipped["aws"] = f"describe_regions failed: {type(e).__name__}: {str(e)[:120]}"
+                    aws_regions = []
+                if progress and aws_regions:
+                    progress(f"refreshing aws: {len(aws_regions)} regions (prices, spot, offerings, specs)")
+                cached = {k: cache.load("aws", k) for k in KINDS["aws"]}
+
+                def aws_region(region):
+                    spec = cached["specs"].get(region)
+                    if stale("aws", "specs", region, cached["specs"]):
+                        spec = aws_prices.read_specs(aws, region)
+                        _record(report, lock, "aws", "specs", {region: spec})
+                        if spec.error:
+                            spec = cache.load("aws", "specs").get(region)
+                    types = sorted({t["type"] for t in (spec.rows if spec else [])})
+                    if not types:
+                        return
+                    if stale("aws", "offerings", region, cached["offerings"]):
+                        _record(report, lock, "aws", "offerings",
+                                {region: aws_prices.read_offerings(aws, region, set(types))})
+                    if stale("aws", "spot", region, cached["spot"]):
+                        _record(report, lock, "aws", "spot", {region: aws_prices.read_spot(aws, region, types)})
+
+                for region in aws_regions:
+                    futures.append(pool.submit(aws_region, region))
+                    if stale("aws", "ondemand", region, cached["ondemand"]):
+                        futures.append(pool.submit(lambda r=region: _record(
+                            report, lock, "aws", "ondemand", {r: aws_prices.read_ondemand(aws, r)})))
+        if "gcp" in clouds:
+            why = gcp_credentials_configured()
+            if why:
+                report.skipped["gcp"] = why
+            else:
+                gcp = gcp or GcpClients()
+                if progress:
+                    progress("refreshing gcp: billing catalog SKUs, machine types, accelerator types, zones")
+                for kind, region, reader in (("ondemand", "global", gcp_prices.read_skus),
+                                             ("specs", "global", gcp_prices.read_machine_types),
+                                             ("offerings", "global", gcp_prices.read_accelerators),
+                                             ("specs", "zones", gcp_prices.read_zones)):
+                    if stale("gcp", kind, region):
+                        futures.append(pool.submit(lambda k=kind, r=region, f=reader: _record(
+                            report, lock, "gcp", k, {r: f(gcp)})))
+        for f in futures:
+            f.result()
+    rebuild_offers(report, regions)
+    report.seconds = time.time() - started
+    return report
+
+
+def regions_for_aws(aws, regions: list[str] | None) -> list[str]:
+    if regions:  # AWS names have a zone-less digit suffix (us-east-1); GCP's do not (us-central1)
+        import re
+
+        return [r for r in regions if re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", r)]
+    import os
+
+    return aws_prices_enabled(aws, os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+
+
+def aws_prices_enabled(aws, home: str) -> list[str]:
+    from infra.refresh.aws_prices import enabled_regions
+
+    return enabled_regions(aws, home)
+
+
+def rebuild_offers(report: RefreshReport | None = None, regions: list[str] | None = None) -> int:
+    """$DLRUN_HOME/catalog/offers.csv, spot_zones.csv and gcp_gpu_zones.csv from the cache."""
+    from infra.catalog import refreshed_offers_path
+    from infra.paths import refresh_dir
+    from infra.refresh import build
+
+    aws_units = {k: cache.load("aws", k) for k in KINDS["aws"]}
+    rows, zone_rows = build.aws_rows(aws_units["specs"], aws_units["offerings"], aws_units["ondemand"],
+                                     aws_units["spot"])
+    g = {k: cache.load("gcp", k) for k in KINDS["gcp"]}
+    grows, gzones = build.gcp_rows(g["ondemand"].get("global"), g["specs"].get("global"),
+                                   g["offerings"].get("global"))
+    rows += grows
+    if rows:
+        build.write_csv(refreshed_offers_path(), build.FIELDS, rows)
+    if zone_rows:
+        build.write_csv(home_zone_prices_path(), build.ZONE_FIELDS, zone_rows)
+    if gzones:
+        build.write_csv(refresh_dir() / "gcp_gpu_zones.csv", ["accelerator", "region", "zones"], gzones)
+    if report is not None:
+        report.offers = len(rows)
+        for r in rows:
+            report.regions[r["cloud"]] = report.regions.get(r["cloud"], 0)
+        report.regions = {c: len({r["region"] for r in rows if r["cloud"] == c}) for c in ("aws", "gcp")}
+    return len(rows)

@@ -111,21 +111,29 @@ class AwsApis(LocalHttpServer):
             wanted = {f["Field"].lower(): f["Value"] for f in params.get("Filters", [])}
             if any(f["Type"] != "TERM_MATCH" for f in params.get("Filters", [])):
                 raise _ApiError("InvalidParameterException", "only TERM_MATCH is faked")
-            items = [json.dumps(i) for i in self.price_items if _matches(i, wanted)]
+            items = [text for attrs, text in self._priced(wanted.get("regioncode"))
+                     if all(attrs.get(k) == v for k, v in wanted.items())]
             return _page(items, "PriceList", params, min(params.get("MaxResults", 100), 100),
                          extra={"FormatVersion": "aws_v1"})
         raise _ApiError("UnknownOperationException", target)
+
+
+    def _priced(self, region: str | None) -> list[tuple[dict, str]]:
+        """The price items (lower-cased attributes, the JSON string sent), indexed by region once."""
+        with self._lock:
+            if getattr(self, "_index_of", None) is not self.price_items or len(self.price_items) != self._index_n:
+                index: dict[str, list] = {}
+                for i in self.price_items:
+                    attrs = {k.lower(): v for k, v in i["product"]["attributes"].items()}
+                    index.setdefault(attrs.get("regioncode", ""), []).append((attrs, json.dumps(i)))
+                self._index, self._index_of, self._index_n = index, self.price_items, len(self.price_items)
+        return self._index.get(region, []) if region else [x for v in self._index.values() for x in v]
 
 
 class _ApiError(Exception):
     def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code = code
-
-
-def _matches(item: dict, wanted: dict[str, str]) -> bool:
-    attrs = {k.lower(): v for k, v in item["product"]["attributes"].items()}
-    return all(attrs.get(k) == v for k, v in wanted.items())
 
 
 def _page(items: list, key: str, params: dict, size: int, extra: dict | None = None) -> dict:
