@@ -173,11 +173,11 @@ def load_offers(path: Path | None = None, spot_overrides: Path | None = None,
     with open(path, newline="") as f:
         offers = [_row_to_offer(r) for r in csv.DictReader(f)]
     refreshed = refreshed if refreshed is not None else refreshed_offers_path()
-    fresh: list[Offer] = []
+    fetched: list[Offer] = []
     if refreshed.exists():
         with open(refreshed, newline="") as f:
-            fresh = [_row_to_offer(r) for r in csv.DictReader(f)]
-        covered = {(o.cloud, o.region) for o in fresh}
+            fetched = [_row_to_offer(r) for r in csv.DictReader(f)]
+        covered = {(o.cloud, o.region) for o in fetched}
         offers = [o for o in offers if (o.cloud, o.region) not in covered]
     if spot_overrides is None:
         spot_overrides = spot_prices_path()
@@ -190,7 +190,7 @@ def load_offers(path: Path | None = None, spot_overrides: Path | None = None,
             if (k := (o.cloud, o.region, o.instance_type)) in fresh else o
             for o in offers
         ]
-    return _priced_by_zone(offers + fresh)
+    return _priced_by_zone(offers + fetched)
 
 
 def _priced_by_zone(offers: list[Offer]) -> list[Offer]:

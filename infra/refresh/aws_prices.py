@@ -46,6 +46,8 @@ def read_specs(clients, region: str) -> Unit:
             for t in page["InstanceTypes"]:
                 archs = t.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
                 gpus = [g for g in (t.get("GpuInfo") or {}).get("Gpus", []) if g.get("Manufacturer") == "NVIDIA"]
+                if any(g.get("GpuPartitionSize", 1.0) < 1.0 for g in gpus):
+                    continue  # a fraction of a GPU (g6f): not a GPU dlrun can plan a job on
                 if "x86_64" not in archs or not (gpus or t["InstanceType"] in CPU_TYPES):
                     continue
                 row = {"type": t["InstanceType"], "vcpus": t["VCpuInfo"]["DefaultVCpus"],

@@ -180,16 +180,29 @@ def _filters(gpu, cloud, region) -> str:
 
 
 @catalog_group.command("refresh")
-@click.option("--region", "regions", multiple=True, help="AWS region(s); default: every catalog region")
-def catalog_refresh_command(regions):
-    """Update AWS spot prices from describe_spot_price_history (keeps each price's date)."""
-    from orchestrator.planning.catalog_refresh import refresh_spot_prices, spot_prices_path
+@click.option("--cloud", "clouds", type=click.Choice(["aws", "gcp"]), multiple=True, help="default: both")
+@click.option("--region", "regions", multiple=True, help="AWS region(s); default: every region the account has enabled")
+@click.option("--stale-only", is_flag=True, help="fetch only what is older than its lifetime (what a plan does)")
+def catalog_refresh_command(clouds, regions, stale_only):
+    """Read prices, offers and GPU types from the clouds' own APIs (every source in parallel; a source
+    that fails keeps what it had and says so)."""
+    from orchestrator.planning.catalog_refresh import refresh_catalog
+    from infra.catalog import refreshed_offers_path
 
-    rows = refresh_spot_prices(list(regions) or None)
-    for r in rows:
-        click.echo(f"{r['region']:<14} {r['instance_type']:<16} ${float(r['spot_price_per_hour']):.4f}/h "
-                   f"({r['zone']}, {r['price_date']})")
-    click.echo(f"{plural(len(rows), 'spot price')} written to {spot_prices_path()}")
+    report = refresh_catalog(tuple(clouds) or ("aws", "gcp"), list(regions) or None,
+                             max_age=None if stale_only else {}, progress=lambda line: click.echo(line, err=True))
+    for cloud, why in report.skipped.items():
+        click.echo(f"{cloud}: not refreshed: {why}", err=True)
+    for r in report.failed:
+        click.echo(r.line(), err=True)
+    fetched = [r for r in report.results if r.status == "fetched"]
+    regions_text = ", ".join(f"{c} {n} regions" for c, n in report.regions.items() if n)
+    click.echo(f"{plural(len(fetched), 'source')} fetched, {len(report.failed)} failed in {report.seconds:.1f} s: "
+               f"{plural(report.offers, 'offer')} ({regions_text or 'none'}) in {refreshed_offers_path()}")
+    if len(report.skipped) == len(tuple(clouds) or ("aws", "gcp")):
+        from orchestrator.errors import CloudCredentialsError
+
+        raise CloudCredentialsError("nothing refreshed: " + "; ".join(f"{c}: {w}" for c, w in report.skipped.items()))
 
 
 @catalog_group.command("quotas")

@@ -14,7 +14,7 @@ from infra.base import QuotaScope
 from infra.catalog import Offer, canonical_gpu
 from infra.refresh.cache import LAUNCH_QUOTA_AGE_S
 from infra.identity import owner_identity
-from orchestrator.planning import software
+from orchestrator.planning import plan_inputs, software
 from orchestrator.planning.estimator import Estimate, estimate, history_from_store
 from orchestrator.planning.storage_plan import candidate_checkpoint, check_checkpoint, storage_notes
 
@@ -221,6 +221,9 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
         if not any(canonical_gpu(w.name) == name and w.count == offer.accelerator_count for w in wishes):
             want = ", ".join(f"{w.name}:{w.count}" for w in wishes)
             return f"not {want}"
+    if offer.accelerator and offer.cloud != "local" and canonical_gpu(offer.accelerator) is None:
+        return (f"GPU {offer.accelerator} has no datasheet figures in configs/catalog/gpus.csv (new to dlrun): "
+                "it cannot be estimated yet")
     min_mem = res.min_gpu_memory_gb
     if min_mem is not None and (offer.accelerator is None or offer.gpu_memory_gb < min_mem):
         return f"GPU memory {offer.gpu_memory_gb:g} GB < {min_mem:g} GB"
@@ -284,7 +287,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     retired = software.retired_wish_notes(spec, candidates)
     notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
     notes += storage_notes(chosen)
-    raise_these = quota_notes(candidates, chosen, quotas, nodes, notes, RANKS[optimize]) if quotas is not None else []
+    raise_these = plan_inputs.quota_notes(candidates, chosen, quotas, nodes, notes, RANKS[optimize]) if quotas is not None else []
     return Plan(candidates=candidates, chosen=chosen,
                 cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
                 fastest_hours_ignoring_deadline=min((c.estimate.hours for c in workable), default=None),
@@ -292,35 +295,6 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
                 default_deadline=default_deadline, zone_flags=zone_flags(c for c in candidates if c.eligible and c.spot),
                 retired=retired if chosen is None else [], quota_raise=raise_these)
 
-
-def quota_notes(candidates: list[Candidate], chosen: Candidate | None, quotas, nodes: int,
-                notes: list[str], better=None) -> list[str]:
-    """Notes on quotas (which to raise for better offers, which are not known); returns the quotas to raise
-    that would let in a candidate better than the chosen one (every quota-excluded one when none is)."""
-    from infra.refresh.quotas import raise_hint
-
-    better = better or RANKS["cost"]
-    raise_these: dict[str, str] = {}
-    for c in sorted(candidates, key=better):
-        if chosen is not None and better(c) >= better(chosen):
-            break
-        if c.reason and c.reason.startswith("quota: "):
-            for q in quotas.blocking_quotas(c.offer, c.spot, nodes):
-                raise_these.setdefault(f"{q.cloud}/{q.region}/{q.code}", q.describe())
-    if raise_these and chosen is not None:
-        clouds = sorted({k.split("/", 1)[0] for k in raise_these})
-        notes.append(f"quotas keep better offers out: raise {'; '.join(list(raise_these.values())[:4])}"
-                     f"{' …' if len(raise_these) > 4 else ''} ({'; '.join(raise_hint(c) for c in clouds)})")
-    unknown: dict[str, int] = {}
-    for c in candidates:
-        if c.eligible and c.offer.cloud != "local":
-            for why in quotas.unknown(c.offer, c.spot, nodes):
-                unknown[why] = unknown.get(why, 0) + 1
-    if unknown:
-        top = sorted(unknown, key=lambda w: -unknown[w])[:3]
-        notes.append("quotas not known for some offers (kept in the plan; a launch may still meet the quota): "
-                     + "; ".join(top) + (f"; and {len(unknown) - 3} more" if len(unknown) > 3 else ""))
-    return list(raise_these.values())
 
 
 def zone_flags(spot_candidates) -> dict[str, str]:
@@ -363,28 +337,22 @@ def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers:
     from infra import offers_for
 
     check_checkpoint(spec)
+    offers_given = offers
     if offers is None:
         offers = offers_for(spec.resources.clouds)
     else:
         offers = [o for o in offers if o.cloud in spec.resources.clouds]
+    refresh_notes: list[str] = []
+    if offers_given is None:
+        refresh_notes = plan_inputs.refresh_stale(spec.resources.clouds, progress or plan_inputs.stderr_line)
+        if refresh_notes is not None and refresh_notes[:1] == ["refreshed"]:
+            offers = [o for o in offers_for(spec.resources.clouds)]
+            refresh_notes = refresh_notes[1:]
     if quotas is None:
-        quotas = quotas_for(spec, offers, quota_max_age_s, progress or _stderr)
-    return plan(spec, offers, blocked=blocked, store=store, quotas=quotas)
-
-
-def _stderr(line: str) -> None:
-    import sys
-
-    print(line, file=sys.stderr, flush=True)
-
-
-def quotas_for(spec, offers: list[Offer], max_age_s: float | None, progress=None):
-    """The QuotaBook of the regions the spec may use (orchestrator/planning/catalog_refresh.quota_book)."""
-    from orchestrator.planning.catalog_refresh import quota_book
-
-    res = spec.resources
-    regions: dict[str, set[str]] = {}
-    for o in offers:
-        if capabilities(o.cloud).billed and (not res.regions or o.region in res.regions):
-            regions.setdefault(o.cloud, set()).add(o.region)
-    return quota_book(regions, max_age_s=max_age_s, progress=progress)
+        quotas = plan_inputs.quotas_for(spec, offers, quota_max_age_s, progress or plan_inputs.stderr_line)
+    result = plan(spec, offers, blocked=blocked, store=store, quotas=quotas)
+    result.notes += refresh_notes or []
+    note = plan_inputs.price_source_note(result)
+    if note:
+        result.notes.append(note)
+    return result

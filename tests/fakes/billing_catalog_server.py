@@ -47,6 +47,7 @@ def sku(sku_id: str, description: str, group: str, usage: str, regions: list[str
 class BillingCatalog(LocalHttpServer):
     skus: list[dict] = field(default_factory=list)
     calls: int = 0
+    page_cap: int = MAX_PAGE  # the API may answer fewer than pageSize; lower it to make the list span pages
     _throttled: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -74,7 +75,7 @@ class BillingCatalog(LocalHttpServer):
                     status, body = 404, {"error": {"code": 404, "status": "NOT_FOUND",
                                                    "message": f"Service not found: {url.path}"}}
                 else:
-                    size = min(int((q.get("pageSize") or [MAX_PAGE])[0]), MAX_PAGE)
+                    size = min(int((q.get("pageSize") or [MAX_PAGE])[0]), fake.page_cap)
                     start = int((q.get("pageToken") or ["0"])[0] or 0)
                     page = fake.skus[start:start + size]
                     more = start + size < len(fake.skus)

@@ -50,6 +50,7 @@ class GceCatalog(LocalHttpServer):
     accelerators: dict[str, list[dict]] = field(default_factory=dict)   # zone -> acceleratorType items
     machine_types: dict[str, list[dict]] = field(default_factory=dict)  # zone -> machineType items
     calls: list[str] = field(default_factory=list)
+    page_cap: int = MAX_RESULTS  # lower it to make a list span pages
     _faults: dict[str, list[int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -109,7 +110,7 @@ class GceCatalog(LocalHttpServer):
             return 200, {"kind": "compute#project", "name": self.project, "id": "1234567890",
                          "quotas": _quotas(self.project_quotas),
                          "commonInstanceMetadata": {"kind": "compute#metadata", "items": []}}
-        size = min(int((query.get("maxResults") or [MAX_RESULTS])[0]), MAX_RESULTS)
+        size = min(int((query.get("maxResults") or [MAX_RESULTS])[0]), self.page_cap)
         start = int((query.get("pageToken") or ["0"])[0] or 0)
         if kind == "regions":
             items = [{"kind": "compute#region", "name": r.name, "status": "UP",
