@@ -171,8 +171,8 @@ class QuotaBook:
         short = [d for d in self.demands(offer, spot, nodes) if d.short]
         if not short:
             return None
-        parts = [f"needs {d.need:g} {d.unit}s of {d.quota.describe()}" for d in short]
-        return "quota: " + "; ".join(parts) + f" — {raise_hint(offer.cloud)}"
+        parts = [f"needs {d.need:g} {d.unit}{'s' if d.need != 1 else ''} of {d.quota.describe()}" for d in short]
+        return "quota: " + "; ".join(parts)
 
     def blocking_quotas(self, offer, spot: bool, nodes: int = 1) -> list[Quota]:
         return [d.quota for d in self.demands(offer, spot, nodes) if d.short]

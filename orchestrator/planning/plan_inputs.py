@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from infra import capabilities
 
+
 def quota_notes(candidates: list, chosen, quotas, nodes: int,
                 notes: list[str], better=None) -> list[str]:
     """Notes on quotas (which to raise for better offers, which are not known); returns the quotas to raise
@@ -13,16 +14,23 @@ def quota_notes(candidates: list, chosen, quotas, nodes: int,
     from infra.refresh.quotas import raise_hint
 
     better = better or (lambda c: (c.estimate.cost, c.estimate.hours, c.offer.key, c.spot))
-    raise_these: dict[str, str] = {}
+    groups: dict[tuple[str, str], dict] = {}  # (cloud, code) -> the quota's words and where it is short
     for c in sorted(candidates, key=better):
         if chosen is not None and better(c) >= better(chosen):
             break
         if c.reason and c.reason.startswith("quota: "):
             for q in quotas.blocking_quotas(c.offer, c.spot, nodes):
-                raise_these.setdefault(f"{q.cloud}/{q.region}/{q.code}", q.describe())
+                g = groups.setdefault((q.cloud, q.code), {"q": q, "where": {}})
+                g["where"].setdefault(q.where(), f"limit {q.limit:g}, in use {q.usage or 0:g}")
+    raise_these = []
+    for (cloud, code), g in groups.items():
+        name = f" ({g['q'].name})" if g["q"].name != code else ""
+        where = "; ".join(f"{w}: {v}" for w, v in list(g["where"].items())[:3])
+        more = f"; +{len(g['where']) - 3} more regions" if len(g["where"]) > 3 else ""
+        raise_these.append(f"{cloud} {code}{name} [{where}{more}]")
     if raise_these and chosen is not None:
-        clouds = sorted({k.split("/", 1)[0] for k in raise_these})
-        notes.append(f"quotas keep better offers out: raise {'; '.join(list(raise_these.values())[:4])}"
+        clouds = sorted({cloud for cloud, _ in groups})
+        notes.append(f"quotas keep better offers out: raise {'; '.join(raise_these[:4])}"
                      f"{' …' if len(raise_these) > 4 else ''} ({'; '.join(raise_hint(c) for c in clouds)})")
     unknown: dict[str, int] = {}
     for c in candidates:
@@ -33,7 +41,9 @@ def quota_notes(candidates: list, chosen, quotas, nodes: int,
         top = sorted(unknown, key=lambda w: -unknown[w])[:3]
         notes.append("quotas not known for some offers (kept in the plan; a launch may still meet the quota): "
                      + "; ".join(top) + (f"; and {len(unknown) - 3} more" if len(unknown) > 3 else ""))
-    return list(raise_these.values())
+    return raise_these
+
+
 
 def stderr_line(line: str) -> None:
     import sys
