@@ -215,12 +215,14 @@ def test_no_capacity_in_any_zone_raises_capacity_error_and_cleans_up(session, co
 
 
 @pytest.mark.parametrize("code", ["InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"])
-def test_quota_error_blocks_the_region_and_cleans_up(session, code):
+def test_quota_error_blocks_its_bucket_in_the_region_and_cleans_up(session, code):
+    """(tests/test_aws_errors.py has each code with EC2's own error body and the scope it blocks)"""
     fail_run_instances(session, code)
     provider, ec2 = make_provider(session), session.client("ec2")
     with pytest.raises(QuotaError) as err:
         provider.launch(make_request("quota", nodes=2))
-    assert err.value.scope == "region" and err.value.region == REGION
+    assert err.value.scope == "quota" and err.value.region == REGION
+    assert (err.value.quota.region, err.value.quota.families) == (REGION, ("g", "gr", "vt"))
     assert_nothing_left(ec2, "quota")
 
 

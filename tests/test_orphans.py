@@ -50,3 +50,21 @@ def test_the_owner_is_stable_and_compares_as_the_clouds_store_it(monkeypatch):
     assert not same_owner("alice@laptop", "bob@desk") and not same_owner("", "")
     monkeypatch.setenv("DLRUN_OWNER", "team-ml")
     assert owner_identity() == "team-ml"
+
+
+def test_dlruns_kept_vpc_is_listed_and_left(session, tmp_path):
+    """An account without a default VPC: dlrun made its own VPC for the launch; `down --orphans` removes the
+    cluster, names the VPC as kept, and leaves it."""
+    from tests.fakes.aws_vpc import no_default_vpc
+
+    with no_default_vpc(lambda region: session.client("ec2", region_name=region)):
+        provider = make_provider(session)
+        provider.launch(make_request("mine", owner="alice@laptop"))
+        ec2 = session.client("ec2")
+        (own,) = ec2.describe_vpcs(Filters=[{"Name": "tag:dlrun-network", "Values": ["dlrun"]}])["Vpcs"]
+        out = remove_orphans(Store(tmp_path / "s.db"), clouds=["aws"], providers={"aws": provider},
+                             owner="alice@laptop")
+        assert not live_instances(ec2, "mine")
+        (kept,) = [line for line in out if own["VpcId"] in line]
+        assert kept.startswith("left aws network dlrun") and "kept" in kept
+        assert ec2.describe_vpcs(VpcIds=[own["VpcId"]])["Vpcs"]

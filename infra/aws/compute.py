@@ -11,7 +11,7 @@ LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
 
 def run_params(request: ClusterRequest, *, ami: str, group_id: str, key_name: str, tags: dict[str, str],
                cfg: BootstrapConfig, zone: str, count: int, head_ip: str | None, login_user: str,
-               profile: str = "") -> dict:
+               profile: str = "", subnet_id: str = "", root: dict | None = None) -> dict:
     is_head = head_ip is None
     role = "head" if is_head else "worker"
     params = dict(
@@ -26,6 +26,10 @@ def run_params(request: ClusterRequest, *, ami: str, group_id: str, key_name: st
             net.tag_spec("volume", {k: tags[k] for k in (TAG_CLUSTER, TAG_JOB, TAG_OWNER)}),
         ],
     )
+    if subnet_id:  # infra/aws/vpc.py's choice; without it EC2 needs a default VPC with a default subnet here
+        params["SubnetId"] = subnet_id
+    if root:  # the root volume, sized from the plan (images.root_volume)
+        params["BlockDeviceMappings"] = [root]
     if profile:  # the node's only credentials: a role scoped to the run's bucket prefix
         params["IamInstanceProfile"] = {"Name": profile}
     if request.spot:

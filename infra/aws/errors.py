@@ -15,7 +15,14 @@ CAPACITY_CODES = frozenset({
     "SpotMaxPriceTooLow", "capacity-not-available", "Unsupported", "InsufficientReservedInstanceCapacity",
     "capacity-oversubscribed", "price-too-low",
 })
-QUOTA_CODES = frozenset({"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"})
+QUOTA_CODES = frozenset({"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded",
+                         # dlrun's own VPC: 5 VPCs / 5 internet gateways per region by default
+                         # (docs.aws.amazon.com/vpc/latest/userguide/amazon-vpc-limits.html)
+                         "VpcLimitExceeded", "InternetGatewayLimitExceeded", "SubnetLimitExceeded"})
+# StateReason codes of an instance that ended while starting for want of capacity, not for a fault of the
+# request: the next zone may have it (docs.aws.amazon.com/AWSEC2/latest/APIReference/API_StateReason.html)
+START_CAPACITY_REASONS = frozenset({"Server.InsufficientInstanceCapacity", "Server.SpotInstanceTermination",
+                                    "Server.SpotInstanceShutdown"})
 CREDENTIAL_CODES = frozenset({
     "AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
     "ExpiredToken", "RequestExpired", "OptInRequired", "Blocked", "AccessDenied",
@@ -23,6 +30,19 @@ CREDENTIAL_CODES = frozenset({
 })
 # botocore already retried these with backoff; reaching us means the retries ran out
 THROTTLE_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
+
+
+def quota_error(err: ClientError, *, instance_type: str, region: str, spot: bool, vcpus_needed: int = 0,
+                zone: str = "") -> QuotaError:
+    """A vCPU quota refusal of RunInstances, scoped to the bucket it names (infra/aws/quotas.py): it blocks
+    the offers drawing on that quota in this region and market, nothing else."""
+    from infra.aws import quotas
+
+    code = error_code(err)
+    market = "spot" if spot else "on-demand"
+    return QuotaError(f"AWS {market} vCPU quota full for {instance_type} in {region} ({code}): "
+                      f"{quotas.how_to_raise(instance_type, region, spot, vcpus_needed)}",
+                      quota=quotas.scope_for(instance_type, region, spot), cloud="aws", region=region, zone=zone)
 
 
 def error_code(err: BaseException) -> str:

@@ -62,3 +62,26 @@ def find_image(ec2, region: str, image: str | None, *, ssm=None, gpu: bool = Tru
         raise ProvisionError(f"no AMI matching {image!r} in {region}; {_HOWTO}", cloud="aws", region=region)
     newest = max(found, key=lambda i: (i.get("CreationDate", ""), "ubuntu" in i.get("Name", "").lower()))
     return newest["ImageId"], _user(newest)
+
+
+# The root volume's floor when the plan asks for less (BootstrapConfig.root_volume_gb = 0 or small). Canonical's
+# Ubuntu AMIs come with 8 GiB (notes/real-cloud-audit.md): a venv with Ray, torch's CPU wheel and scikit-learn
+# takes ~2.5 GB, pip's cache as much again, and the job's data and checkpoints come on top. 30 GiB of gp3 is
+# $2.40 a month ($0.0033/h, under 4% of a c7i.large). A GPU node adds torch's CUDA wheels (~3 GB, plus ~4 GB
+# of nvidia-* wheels) to a deep-learning image that already fills most of its own snapshot: 100 GiB, as GCP's
+# GPU boot disks (gp3 $8 a month, $0.011/h: 2% of a g4dn.xlarge). Prices: aws.amazon.com/ebs/pricing (us-east-1).
+ROOT_FLOOR_GB = {False: 30, True: 100}
+ROOT_VOLUME_TYPE = "gp3"
+
+
+def root_volume(ec2, ami: str, requested_gb: int, *, gpu: bool) -> dict:
+    """The BlockDeviceMapping for the image's root device: max(plan, floor, the image's own snapshot) GiB
+    of gp3, deleted with the instance. EC2 refuses a root volume smaller than the image's snapshot
+    (InvalidBlockDeviceMapping), so the snapshot's size is a floor too."""
+    (image,) = ec2.describe_images(ImageIds=[ami])["Images"]
+    device = image.get("RootDeviceName") or "/dev/sda1"
+    own = next((int(m.get("Ebs", {}).get("VolumeSize") or 0) for m in image.get("BlockDeviceMappings", [])
+                if m.get("DeviceName") == device), 0)
+    size = max(int(requested_gb or 0), ROOT_FLOOR_GB[gpu], own)
+    return {"DeviceName": device, "Ebs": {"VolumeSize": size, "VolumeType": ROOT_VOLUME_TYPE,
+                                          "DeleteOnTermination": True}}

@@ -29,13 +29,16 @@ def find_security_groups(ec2, cluster_id: str) -> list[dict]:
     return list(seen.values())
 
 
-def ensure_security_group(ec2, cluster_id: str, tags: dict[str, str], ssh_cidr: str) -> tuple[str, bool]:
-    """(group id, created): the cluster's group, created with its two rules when missing."""
-    existing = find_security_groups(ec2, cluster_id)
+def ensure_security_group(ec2, cluster_id: str, tags: dict[str, str], ssh_cidr: str,
+                          vpc_id: str) -> tuple[str, bool]:
+    """(group id, created): the cluster's group in `vpc_id` (infra/aws/vpc.py chose it), created with its
+    two rules when missing. Always with VpcId: without one EC2 answers VPCIdNotSpecified where the account
+    has no default VPC."""
+    existing = [g for g in find_security_groups(ec2, cluster_id) if g.get("VpcId") in (None, vpc_id)]
     if existing:
         return existing[0]["GroupId"], False
     group_id = ec2.create_security_group(
-        GroupName=resource_name(cluster_id),
+        GroupName=resource_name(cluster_id), VpcId=vpc_id,
         Description=f"dlrun cluster {cluster_id}: SSH from the caller, all traffic between members",
         TagSpecifications=[tag_spec("security-group", tags)],
     )["GroupId"]

@@ -14,22 +14,23 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from infra.aws import compute, network as net
+from infra.aws import compute, network as net, quotas, vpc
 from infra.aws.compute import LIVE_STATES
-from infra.aws.errors import CREDENTIALS_HOWTO, error_code, to_provider_error
-from infra.aws.images import find_image
+from infra.aws.errors import (CREDENTIALS_HOWTO, START_CAPACITY_REASONS, error_code, quota_error,
+                              to_provider_error)
+from infra.aws.images import find_image, root_volume
 from infra.buckets import node_client_packages
 from infra.aws.launch_storage import (clear_run_prefix, leftover_node_roles, prepare_storage,
                                       remove_node_role, run_instances)
 from infra.aws.storage import TAG_REGION, role_name
 from infra.aws.records import (TAG_PRICE, TAG_SPOT, TAG_SSH_USER, TAG_TERMINATING, UP_STATES,
                                cluster_from_instances, node_state, tags_of)
-from infra.base import (TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, Cluster, ClusterRequest,
-                        CredentialsError, NodeState, ProvisionError)
+from infra.base import (TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, CapacityError, Cluster,
+                        ClusterRequest, CredentialsError, NodeState, ProvisionError)
 from infra.identity import owner_identity
 from infra.vm.keys import remove_cluster_key
 from infra.auth import remove_token
-from infra.vm.ssh import forget_host_keys
+from infra.vm.ssh import end_ssh, forget_host_keys
 from infra.vm.poll import poll_until
 from infra.vm.provider import Created, Found, VmProvider, local_ray_version
 
@@ -43,7 +44,7 @@ class AwsProvider(VmProvider):
                  ssh_cidr: str | None = None, *, regions: list[str] | None = None,
                  key_name: str | None = None, key_path: str | None = None,
                  launch_timeout_s: float = 600.0, poll_interval_s: float = 5.0,
-                 max_attempts: int = 6):
+                 max_attempts: int = 6, subnets: dict[str, str] | None = None):
         self._session = session or boto3.Session()
         self.region = region or self._session.region_name
         self.endpoint_url = endpoint_url
@@ -57,6 +58,11 @@ class AwsProvider(VmProvider):
         self._clients: dict[str, object] = {}
         self._amis: dict[tuple[str, str], tuple[str, str]] = {}
         self._terminated: set[str] = set()
+        # region -> the subnet the user chose ($DLRUN_HOME/config.yaml aws.subnets; infra/aws/vpc.py): read
+        # here because every caller builds providers with infra.get_provider(name), no settings passed
+        self.subnets = vpc.configured_subnets() if subnets is None else dict(subnets)
+        self._networks: dict[str, vpc.Network] = {}
+        self._roots: dict[tuple[str, int, bool], dict] = {}
 
     def _ec2(self, region: str | None):
         region = region or self.region
@@ -98,6 +104,21 @@ class AwsProvider(VmProvider):
     def zone_ids(self, region: str) -> dict[str, str]:
         return compute.zone_ids(self._ec2(region))
 
+    def zones_for(self, request: ClusterRequest) -> list[str]:
+        """A subnet the user named lives in one zone: only that one."""
+        network = self._networks.get(request.offer.region)
+        if network is not None and network.fixed_zone:
+            return [network.fixed_zone]
+        return self.zones(request.offer.region)
+
+    def network(self, region: str, owner: str = "", *, fresh: bool = False) -> vpc.Network:
+        """The VPC this region's clusters go in (infra/aws/vpc.py): chosen again by each launch's prepare
+        (a long-lived scheduler must notice a VPC or subnet that changed since), reused within it."""
+        if fresh or region not in self._networks:
+            self._networks[region] = vpc.choose(self._ec2(region), region, user_subnet=self.subnets.get(region, ""),
+                                                owner=owner or owner_identity())
+        return self._networks[region]
+
     def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> dict:
         region = request.offer.region
         ec2 = self._ec2(region)
@@ -108,7 +129,8 @@ class AwsProvider(VmProvider):
         ami, ssh_user = self._amis[key]
         tags = {TAG_CLUSTER: request.cluster_id, TAG_JOB: request.job_id,
                 TAG_OWNER: request.owner or owner_identity()}
-        group_id, made_group = net.ensure_security_group(ec2, request.cluster_id, tags, ssh_cidr)
+        network = self.network(region, tags[TAG_OWNER], fresh=True)
+        group_id, made_group = net.ensure_security_group(ec2, request.cluster_id, tags, ssh_cidr, network.vpc_id)
         if made_group:
             created.firewalls.append(group_id)
         if self.key_name:
@@ -119,6 +141,9 @@ class AwsProvider(VmProvider):
         instance_tags = {**tags, TAG_PRICE: f"{request.offer.hourly(request.spot):.6g}",
                          TAG_SPOT: str(bool(request.spot)).lower(), TAG_SSH_USER: ssh_user}
         cfg = request.bootstrap or BootstrapConfig(ray_version=local_ray_version("aws"))
+        root_key = (ami, int(cfg.root_volume_gb or 0), gpu)
+        if root_key not in self._roots:
+            self._roots[root_key] = root_volume(ec2, ami, cfg.root_volume_gb, gpu=gpu)
         profile = ""
         if request.storage:
             created.identity = role_name(request.cluster_id)  # set first: a failure halfway still removes it
@@ -128,11 +153,18 @@ class AwsProvider(VmProvider):
                                       data_read=request.data_read, data_uploads=request.data_uploads)
             cfg = replace(cfg, python_packages=[*cfg.python_packages, *node_client_packages("s3")])
         return dict(ami=ami, group_id=group_id, key_name=key_name, tags=instance_tags, login_user=ssh_user,
-                    cfg=cfg, profile=profile)
+                    cfg=cfg, profile=profile, root=self._roots[root_key])
 
     def launch_in_zone(self, request: ClusterRequest, zone: str, prepared: dict, existing,
                        created: Created) -> Cluster:
-        ec2 = self._ec2(request.offer.region)
+        region = request.offer.region
+        ec2 = self._ec2(region)
+        network = self.network(region, request.owner)
+        subnet = vpc.subnet_in(ec2, network, zone, count=request.num_nodes, owner=request.owner or owner_identity())
+        if subnet is None:  # CapacityError: the skeleton moves on to the next zone
+            raise CapacityError(f"no usable subnet in {zone}: {network.why_none.get(zone, 'none found')}",
+                                cloud="aws", region=region, zone=zone)
+        prepared = {**prepared, "subnet_id": subnet}
         head = self._run(ec2, request, prepared, created, zone=zone, count=1, head_ip=None)[0]
         head_ip = self._poll(lambda: next((i.get("PrivateIpAddress") for i in compute.by_ids(ec2, [head])), None),
                              f"{head} got no private IP")
@@ -145,7 +177,14 @@ class AwsProvider(VmProvider):
     def _run(self, ec2, request: ClusterRequest, prepared: dict, created: Created, *, zone: str, count: int,
              head_ip: str | None) -> list[str]:
         params = compute.run_params(request, zone=zone, count=count, head_ip=head_ip, **prepared)
-        ids = [i["InstanceId"] for i in run_instances(ec2, params, self._poll)["Instances"]]
+        try:
+            ids = [i["InstanceId"] for i in run_instances(ec2, params, self._poll)["Instances"]]
+        except ClientError as e:
+            if error_code(e) not in quotas.VCPU_CODES:
+                raise
+            offer = request.offer
+            raise quota_error(e, instance_type=offer.instance_type, region=offer.region, spot=request.spot,
+                              vcpus_needed=(offer.vcpus or 0) * request.num_nodes, zone=zone) from None
         created.instances.extend((zone, i) for i in ids)
         return ids
 
@@ -153,8 +192,12 @@ class AwsProvider(VmProvider):
         found = compute.by_ids(ec2, ids)
         ended = [i for i in found if i["State"]["Name"] not in UP_STATES]
         if ended:
-            reason = ended[0].get("StateReason", {}).get("Message", ended[0]["State"]["Name"])
-            raise ProvisionError(f"{ended[0]['InstanceId']} stopped while starting: {reason}", cloud="aws")
+            state_reason = ended[0].get("StateReason") or {}
+            reason = state_reason.get("Message") or ended[0]["State"]["Name"]
+            message = f"{ended[0]['InstanceId']} stopped while starting: {reason}"
+            if state_reason.get("Code") in START_CAPACITY_REASONS:  # EC2 ran out of capacity after accepting it
+                raise CapacityError(message, cloud="aws")
+            raise ProvisionError(message, cloud="aws")
         if len(found) == len(ids) and all(i["State"]["Name"] == "running" for i in found):
             return found
         return None
@@ -198,7 +241,9 @@ class AwsProvider(VmProvider):
             raise to_provider_error(e, region=cluster.region) from None
 
     def _remove_all(self, ec2, cluster_id: str, node_ids: list[str], own_key: bool, role: str = "") -> None:
-        """Instances (by id and by tag), then the security group(s), the key pair(s) and the node role."""
+        """SSH to the cluster first (nothing may reach its nodes or re-create its known_hosts from now on),
+        then instances (by id and by tag), the security group(s), the key pair(s) and the node role."""
+        end_ssh(cluster_id)
         instances = compute.of_cluster(ec2, cluster_id, LIVE_STATES) + compute.by_ids(ec2, node_ids, LIVE_STATES)
         live = {i["InstanceId"] for i in instances}
         self._terminate_ids(ec2, sorted(live))
@@ -279,6 +324,16 @@ class AwsProvider(VmProvider):
                 clusters.append(by_id[cid])
             by_id[cid].extra["node_role"] = name
         return clusters
+
+    def kept_resources(self) -> list[str]:
+        """What `dlrun down --orphans` lists and leaves: dlrun's VPC in each region it searches."""
+        lines: list[str] = []
+        for region in self._search_regions():
+            try:
+                lines += vpc.describe_kept(self._ec2(region), region)
+            except (ClientError, BotoCoreError) as e:
+                raise to_provider_error(e, region=region) from None
+        return lines
 
     def _search_regions(self) -> list[str]:
         if self.regions:

@@ -65,6 +65,9 @@ class VmProvider:
         if request.num_nodes < 1:
             raise ProvisionError("a cluster needs at least one node", cloud=self.name, region=region)
         ssh_cidr = resolve_ssh_cidr(request.ssh_cidr, self.ssh_cidr, cloud=self.name)  # before any call
+        from infra.vm.ssh import allow_ssh
+
+        allow_ssh(request.cluster_id)  # a cluster id torn down before in this process lives again
         try:
             self.check_region(region)
             existing = self.find(request)

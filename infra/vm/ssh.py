@@ -4,6 +4,13 @@ Ray dashboard / Jobs API, which is never opened publicly.
 Each cluster has its own known_hosts file (made at first contact, removed with the cluster), so a
 recycled public IP never meets a stale host key. $DLRUN_SSH_CONFIG names an OpenSSH config file
 passed as `ssh -F` — the knob for a bastion / ProxyJump (and for emulated VMs in the tests).
+
+Every ssh process this module starts is registered with its cluster, and so is every tunnel. Teardown
+calls end_ssh(cluster) first: from then on no ssh for that cluster starts (a heartbeat, a boot poll or a
+tunnel's re-open gets a ProvisionError instead), the tunnels are closed and the commands in flight are
+killed and reaped. Only then is its known_hosts removed (forget_host_keys does both), so no late ssh can
+write it again: `ssh -o StrictHostKeyChecking=accept-new` re-creates a missing known_hosts at its next
+connection. A new launch of the same cluster id lifts the ban (allow_ssh).
 """
 from __future__ import annotations
 
@@ -31,7 +38,65 @@ def known_hosts_path(cluster_id: str) -> Path:
     return d / cluster_id
 
 
+_users = threading.Lock()
+_ending: set[str] = set()                          # clusters being torn down: no new ssh
+_procs: dict[str, set[subprocess.Popen]] = {}      # cluster id -> its ssh processes still running
+_tunnels: dict[str, set["Tunnel"]] = {}            # cluster id -> its open tunnels
+
+
+def _refused(cluster_id: str, provider: str = "") -> ProvisionError:
+    return ProvisionError(f"cluster {cluster_id} is being torn down: no more SSH to it", cloud=provider)
+
+
+def _start(cluster: Cluster, cmd: list[str], **popen) -> subprocess.Popen:
+    """Popen of an ssh for `cluster`, registered with it; refused once the cluster's teardown began.
+    Checked and registered under one lock, so end_ssh sees every process that got past the check."""
+    with _users:
+        if cluster.cluster_id in _ending:
+            raise _refused(cluster.cluster_id, cluster.provider)
+        proc = subprocess.Popen(cmd, **popen)
+        _procs.setdefault(cluster.cluster_id, set()).add(proc)
+    return proc
+
+
+def _finished(cluster_id: str, proc: subprocess.Popen) -> None:
+    with _users:
+        _procs.get(cluster_id, set()).discard(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def end_ssh(cluster_id: str) -> None:
+    """Stop every SSH user of the cluster and refuse new ones: its tunnels are closed, the ssh commands in
+    flight (heartbeat, boot polls) killed and reaped. Idempotent; call it before removing the cluster's
+    known_hosts and keys."""
+    with _users:
+        _ending.add(cluster_id)
+        tunnels = list(_tunnels.pop(cluster_id, ()))
+        procs = list(_procs.pop(cluster_id, ()))
+    for tunnel in tunnels:
+        tunnel.close()
+    for proc in procs:
+        _stop(proc)
+
+
+def allow_ssh(cluster_id: str) -> None:
+    """A new launch of this cluster id: SSH to it is allowed again."""
+    with _users:
+        _ending.discard(cluster_id)
+
+
 def forget_host_keys(cluster_id: str) -> None:
+    """The cluster's known_hosts, removed after every SSH user of the cluster has stopped (end_ssh)."""
+    end_ssh(cluster_id)
     known_hosts_path(cluster_id).unlink(missing_ok=True)
 
 
@@ -64,12 +129,19 @@ def run(cluster: Cluster, command: str, node: Node | None = None, *, timeout: fl
         stdin: str | None = None) -> tuple[int, str]:
     """(exit code, stdout+stderr) of a shell command on a node; 255 when SSH itself failed.
     stdin is how a secret travels (never on the command line, which `ps` shows)."""
+    proc = _start(cluster, [*base_command(cluster, node), command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE, text=True)
     try:
-        proc = subprocess.run([*base_command(cluster, node), command], input=stdin if stdin is not None else "",
-                              capture_output=True, text=True, timeout=timeout)
+        out, err = proc.communicate(input=stdin if stdin is not None else "", timeout=timeout)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         return 255, f"ssh timed out after {timeout:.0f}s"
-    return proc.returncode, (proc.stdout + proc.stderr).strip()
+    finally:
+        _finished(cluster.cluster_id, proc)
+    if proc.returncode < 0 and cluster.cluster_id in _ending:  # end_ssh stopped it
+        return 255, str(_refused(cluster.cluster_id, cluster.provider))
+    return proc.returncode, (out + err).strip()
 
 
 def wait_for_ssh(cluster: Cluster, node: Node | None = None, *, timeout_s: float | None = None,
@@ -116,13 +188,21 @@ class Tunnel:
         forward = f"127.0.0.1:{self.local_port}:127.0.0.1:{self.remote_port}"
         cmd = base_command(self.cluster)
         cmd[1:1] = ["-N", "-o", "ExitOnForwardFailure=yes", "-L", forward]
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                preexec_fn=_die_with_parent)
+        return _start(self.cluster, cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                      stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_die_with_parent)
 
     def open(self, timeout_s: float = 60.0) -> "Tunnel":
         deadline = time.monotonic() + timeout_s
-        self._proc = self._spawn()
+        cid = self.cluster.cluster_id
+        with _users:  # registered first: end_ssh closes it even while it is still opening
+            if cid in _ending:
+                raise _refused(cid, self.cluster.provider)
+            _tunnels.setdefault(cid, set()).add(self)
+        try:
+            self._proc = self._spawn()
+        except BaseException:
+            self.close()
+            raise
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 err = (self._proc.stderr.read() if self._proc.stderr else "").strip().splitlines()
@@ -154,7 +234,12 @@ class Tunnel:
                 if self._closed.is_set() or self._proc is None or self._proc.poll() is None:
                     delay = self.check_s
                     continue
-                self._proc = self._spawn()
+                _finished(self.cluster.cluster_id, self._proc)
+                try:
+                    self._proc = self._spawn()
+                except ProvisionError:  # the cluster is being torn down: never re-opened
+                    self._closed.set()
+                    return
                 self.reopened += 1
             delay = min(delay * 2, 30.0)
 
@@ -162,6 +247,10 @@ class Tunnel:
         self._closed.set()
         with self._lock:
             proc, self._proc = self._proc, None
+        with _users:
+            _tunnels.get(self.cluster.cluster_id, set()).discard(self)
+            if proc is not None:
+                _procs.get(self.cluster.cluster_id, set()).discard(proc)
         if proc and proc.poll() is None:
             proc.terminate()
             try:

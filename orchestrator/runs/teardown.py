@@ -88,6 +88,7 @@ def remove_orphans(store: Store, clouds=CLOUDS, providers: dict | None = None, *
         try:
             provider = (providers or {}).get(cloud) or get_provider(cloud)
             owned = provider.list_owned()
+            out += [f"left {line}" for line in getattr(provider, "kept_resources", list)()]  # e.g. dlrun's VPC
         except CredentialsError as e:
             out.append(f"{cloud}: skipped ({e.message})")
             continue
