@@ -8,7 +8,7 @@ not collide with the parallel work in infra/aws/ and infra/gcp/ (issue 24); movi
                     source and status; lifetimes per kind; a unit that fails keeps its previous rows
     quotas.py       the Quota record, which quotas an offer draws on, and whether it can launch now
     credentials.py  whether a cloud's credentials are configured at all (cheaply, no network)
-    aws_buckets.py  EC2 instance class -> vCPU quota bucket (a copy of infra/aws/quotas.py's table)
+    aws_buckets.py  EC2 instance type -> vCPU quota code and name (a view of infra/aws/quotas.py)
     aws_quotas.py   Service Quotas (EC2 vCPU buckets) + running instances (usage), per region
     gcp_quotas.py   regions.list quotas (per GPU type, PREEMPTIBLE_*, CPUS) and projects.get
     aws_prices.py   Price List Query API, spot price history, offerings, instance types (GpuInfo)

@@ -10,7 +10,7 @@ from `list_aws_default_service_quotas`. Usage is counted from `describe_instance
 instances, vCPUs = cores x threads, spot when InstanceLifecycle is "spot"), the same count EC2 enforces.
 Throttling (TooManyRequestsException) or a refused call makes the region's quotas unknown, never 0.
 
-The family -> bucket table is infra/refresh/aws_buckets.py.
+The family -> bucket table is infra/aws/quotas.py (through infra/refresh/aws_buckets.py).
 """
 from __future__ import annotations
 
