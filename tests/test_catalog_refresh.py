@@ -149,3 +149,13 @@ def test_refresh_without_credentials_is_one_line_and_exit_4(monkeypatch, tmp_pat
         monkeypatch.delenv(v, raising=False)
     code, result = invoke(cli_plan.catalog_group, ["refresh"])
     assert code == 4 and "nothing refreshed: aws: no AWS credentials found" in str(result.exception)
+
+
+def test_refresh_keeps_the_zones_a_gcp_launch_needs(world):
+    from infra.refresh.zones import gcp_gpu_zones, gcp_region_zones
+
+    assert refresh("--cloud", "gcp")[0] == 0
+    assert gcp_region_zones()["us-east5"] == ["us-east5-a", "us-east5-b", "us-east5-c"]
+    zones = gcp_gpu_zones()
+    assert zones[("A100-80GB", "us-east5")] == ["us-east5-a", "us-east5-b", "us-east5-c"]
+    assert ("T4", "us-east1") in zones and ("V100", "us-east1") not in zones

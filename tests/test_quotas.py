@@ -188,3 +188,21 @@ def test_no_credentials_leaves_quotas_unchecked_and_says_so(monkeypatch, tmp_pat
     assert code == 0, result.output
     plan = json.loads(result.stdout[result.stdout.index("{"):])
     assert any("no AWS credentials" in n for n in plan["notes"]) and time.time() - started < 30
+
+
+def test_submit_with_zero_gpu_quota_exits_3_before_anything_is_recorded_or_launched(account, tmp_path):
+    import boto3
+
+    from orchestrator.errors import NothingFitsError
+    from orchestrator.planning.spec import load_job
+    from orchestrator.runs.executor import submit
+    from orchestrator.state.db import Store
+
+    spec = load_job(job_file(tmp_path, resources={"clouds": ["aws", "gcp"], "accelerators": "T4:1"}))
+    store = Store()
+    with pytest.raises(NothingFitsError) as err:
+        submit(spec, store=store)
+    assert "quotas rule out every candidate" in err.value.message and "L-DB2E81BA" in err.value.message
+    assert not store.list_jobs()
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    assert not [r for r in ec2.describe_instances()["Reservations"]]

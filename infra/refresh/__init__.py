@@ -11,6 +11,8 @@ not collide with the parallel work in infra/aws/ and infra/gcp/ (issue 24); movi
     aws_buckets.py  EC2 instance type -> vCPU quota code and name (a view of infra/aws/quotas.py)
     aws_quotas.py   Service Quotas (EC2 vCPU buckets) + running instances (usage), per region
     gcp_quotas.py   regions.list quotas (per GPU type, PREEMPTIBLE_*, CPUS) and projects.get
+    zones.py        GCP zones per region and per GPU, for the launch order
+    build.py        offers (and zone tables) from the cached API responses
     aws_prices.py   Price List Query API, spot price history, offerings, instance types (GpuInfo)
     gcp_prices.py   Cloud Billing Catalog SKUs, acceleratorTypes and machineTypes aggregated lists
 
