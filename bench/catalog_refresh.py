@@ -43,7 +43,8 @@ def main() -> None:
         zones = {r: [f"{r}{c}" for c in "abc"] for r in regions}
         aws.price_items = aws_price_items(types, regions, args.aws_others)
         seed_spot_history(mp, spot_history(types, regions, zones))
-        os.environ.update(AWS_ENDPOINT_URL_PRICING=aws.endpoint, DLRUN_GCP_API_ENDPOINT=gce.endpoint,
+        os.environ.update(AWS_ENDPOINT_URL_PRICING=aws.endpoint, AWS_ENDPOINT_URL_SERVICE_QUOTAS=aws.endpoint,
+                          DLRUN_GCP_API_ENDPOINT=gce.endpoint, DLRUN_LOCAL_GPUS="none",
                           DLRUN_GCP_BILLING_ENDPOINT=billing.endpoint)
         setup = time.time() - t0
         print(f"fakes: {len(regions)} AWS regions, {len(aws.price_items)} price items; {len(gce.regions)} GCP regions, "
@@ -69,6 +70,17 @@ def main() -> None:
         t = time.time()
         offers = load_offers()
         print(f"load_offers after the refresh: {len(offers)} offers in {time.time() - t:.2f} s")
+        from configs import EXAMPLES_DIR
+        from orchestrator.planning.planner import plan_job
+        from orchestrator.planning.spec import load_job
+
+        spec = load_job(EXAMPLES_DIR / "digits_cnn.yaml")
+        plan_job(spec, offers=[], progress=lambda line: None)  # profiles the model once
+        for label in ("first plan (reads quotas in every region)", "second plan (quotas cached)"):
+            t = time.time()
+            p = plan_job(spec, quota_max_age_s=None, progress=lambda line: None)
+            print(f"{label}: {time.time() - t:.1f} s, {len(p.candidates)} candidates, chosen "
+                  f"{p.chosen.offer.label if p.chosen else None}")
     mp.undo()
 
 

@@ -206,3 +206,16 @@ def test_submit_with_zero_gpu_quota_exits_3_before_anything_is_recorded_or_launc
     assert not store.list_jobs()
     ec2 = boto3.client("ec2", region_name="us-east-1")
     assert not [r for r in ec2.describe_instances()["Reservations"]]
+
+
+def test_a_failed_quota_read_is_not_retried_by_every_plan_but_is_before_a_launch(account):
+    aws, _ = account
+    from orchestrator.planning.catalog_refresh import quota_book
+
+    aws.throttle("us-east-1", 1000)
+    quota_book({"aws": {"us-east-1"}}, aws=AwsClients(max_attempts=1))
+    n = len(aws.calls)
+    book = quota_book({"aws": {"us-east-1"}}, aws=AwsClients(max_attempts=1))          # the next plan: not again
+    assert len(aws.calls) == n and "throttled" in book.units[("aws", "us-east-1")].error
+    quota_book({"aws": {"us-east-1"}}, aws=AwsClients(max_attempts=1), max_age_s=cache.LAUNCH_QUOTA_AGE_S)
+    assert len(aws.calls) > n                                                             # a launch: again

@@ -26,6 +26,8 @@ LIFETIME_S = {
     "quotas": HOUR,              # limits and usage; re-read just before a launch (LAUNCH_QUOTA_AGE_S)
 }
 LAUNCH_QUOTA_AGE_S = 120.0       # a launch plans with quotas read at most this long ago
+RETRY_AFTER_S = 300.0            # a source that failed is not tried again by a plan for this long (offline,
+                                 # throttled: each plan would otherwise wait for it again)
 _lock = threading.Lock()
 
 
@@ -42,6 +44,9 @@ class Unit:
 
     def age_s(self, now: float | None = None) -> float:
         return (now or time.time()) - self.fetched_at if self.fetched_at else float("inf")
+
+    def failed_recently(self, now: float | None = None) -> bool:
+        return bool(self.error) and (now or time.time()) - self.tried_at < RETRY_AFTER_S
 
     def fresh(self, max_age_s: float | None = None, now: float | None = None) -> bool:
         return self.age_s(now) <= (LIFETIME_S[self.kind] if max_age_s is None else max_age_s)

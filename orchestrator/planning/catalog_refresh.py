@@ -39,7 +39,9 @@ def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None, 
         for r in need:
             if r in units:
                 book.units[(cloud, r)] = units[r]
-        stale = sorted(r for r in need if r not in units or not units[r].fresh(max_age_s))
+        launch = max_age_s is not None and max_age_s <= cache.LAUNCH_QUOTA_AGE_S
+        stale = sorted(r for r in need if r not in units or not (
+            units[r].fresh(max_age_s) or (not launch and units[r].failed_recently())))
         if not stale or not fetch:
             continue
         why_not = aws_credentials_configured() if cloud == "aws" else gcp_credentials_configured()
@@ -144,6 +146,10 @@ def refresh_catalog(clouds=("aws", "gcp"), regions: list[str] | None = None, *, 
         u = (units or cache.load(cloud, kind)).get(region)
         if u is not None and u.fetched_at and u.fresh(ages[kind]):
             report.results.append(SourceResult(cloud, kind, region, "fresh", len(u.rows), u.age_s()))
+            return False
+        if u is not None and max_age is None and u.failed_recently():  # a plan: not again every time
+            report.results.append(SourceResult(cloud, kind, region, "kept" if u.fetched_at else "failed",
+                                               len(u.rows), u.age_s(), f"{u.error}, {cache.age_words(time.time() - u.tried_at)} ago"))
             return False
         return True
 
