@@ -159,3 +159,27 @@ def test_refresh_keeps_the_zones_a_gcp_launch_needs(world):
     zones = gcp_gpu_zones()
     assert zones[("A100-80GB", "us-east5")] == ["us-east5-a", "us-east5-b", "us-east5-c"]
     assert ("T4", "us-east1") in zones and ("V100", "us-east1") not in zones
+
+
+def test_billing_skus_are_read_as_google_writes_them():
+    from infra.refresh.gcp_prices import parse_skus
+    from tests.fakes.billing_catalog_server import sku
+
+    regions = ["us-central1", "us-east1"]
+    skus = [sku("A", "N1 Predefined Instance Core running in Americas", "N1Standard", "OnDemand", regions, 0.031611,
+                nanos_only=True),
+            sku("B", "Spot Preemptible N2 Instance Ram running in Americas", "RAM", "Preemptible", regions, 0.00127),
+            sku("C", "Nvidia Tesla A100 80GB GPU attached to Spot Preemptible VMs running in Americas", "GPU",
+                "Preemptible", regions, 1.57),
+            sku("D", "Nvidia L4 GPU running in Americas", "GPU", "OnDemand", regions, 0.56),
+            sku("E", "N2 Custom Instance Core running in Americas", "CPU", "OnDemand", regions, 0.9),
+            sku("F", "N1 Sole Tenancy Instance Core running in Americas", "CPU", "OnDemand", regions, 0.9),
+            sku("G", "Commitment v1: N1 Cpu in Americas for 1 Year", "CPU", "Commit1Yr", regions, 0.9),
+            sku("H", "Nvidia H100 80GB GPU running on DWS Defined Duration in Americas", "GPU", "OnDemand", regions, 9.0)]
+    rows = parse_skus(skus)
+    got = {(r["part"], r["what"], r["spot"], r["region"]): round(r["price"], 6) for r in rows}
+    assert got == {("core", "N1", False, "us-central1"): 0.031611, ("core", "N1", False, "us-east1"): 0.031611,
+                   ("ram", "N2", True, "us-central1"): 0.00127, ("ram", "N2", True, "us-east1"): 0.00127,
+                   ("gpu", "80GB A100", True, "us-central1"): 1.57, ("gpu", "80GB A100", True, "us-east1"): 1.57,
+                   ("gpu", "L4", False, "us-central1"): 0.56, ("gpu", "L4", False, "us-east1"): 0.56}
+    assert "units" not in skus[0]["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"]

@@ -102,7 +102,9 @@ def gcp_rows(skus: Unit | None, machine_types: Unit | None, accelerators: Unit |
 
     if not (skus and skus.fetched_at and machine_types and machine_types.fetched_at):
         return [], []
-    comp = {(r["part"], r["what"], r["spot"], r["region"]): r["price"] for r in skus.rows}
+    comp: dict[tuple, float] = {}
+    for r in skus.rows:  # two SKUs for one component in a region: the first listed wins (deterministic)
+        comp.setdefault((r["part"], r["what"], r["spot"], r["region"]), r["price"])
     by_region: dict[str, dict[str, dict]] = {}
     zones_of: dict[tuple[str, str], set[str]] = {}
     for m in machine_types.rows:
