@@ -105,6 +105,8 @@ def test_the_plan_uses_the_fetched_prices_a_new_region_and_a_gpu_the_snapshot_la
     assert plan["chosen"]["instance_type"] == "a2-ultragpu-1g"
     assert any(n.startswith("price of the choice: gcp cloudbilling:services.skus.list, fetched ") for n in plan["notes"])
     assert plan["chosen"]["price_date"] == time.strftime("%Y-%m-%d", time.gmtime())
+    assert plan["chosen"]["price_source"].startswith("gcp cloudbilling:services.skus.list")
+    assert time.time() - plan["chosen"]["price_fetched_at"] < 120
 
 
 def test_a_failed_source_keeps_its_previous_rows_and_says_so(world):

@@ -175,6 +175,10 @@ def test_catalog_quotas_lists_them_and_says_what_is_unknown(account):
     assert code == 0, result.output
     out = result.output
     assert "L-DB2E81BA" in out and "GPUS_ALL_REGIONS" in out and "throttled" in out
+    code, result = invoke(cli_plan.catalog_group, ["quotas", "--json", "--cloud", "gcp"])
+    data = json.loads(result.stdout[result.stdout.index("{"):])
+    g = next(q for q in data["quotas"] if q["code"] == "GPUS_ALL_REGIONS")
+    assert (g["region"], g["limit"], g["usage"]) == ("global", 0.0, 0.0)
 
 
 def test_no_credentials_leaves_quotas_unchecked_and_says_so(monkeypatch, tmp_path):

@@ -44,6 +44,8 @@ class Candidate:
                 "eligible": self.eligible, "feasible": self.feasible, "chosen": self.chosen,
                 "reason": self.reason, "checkpoint": self.checkpoint,
                 "price_date": o.spot_price_date if self.spot else o.price_date,
+                "price_source": (o.extra.get("spot_source") or o.source) if self.spot else o.source,
+                "price_fetched_at": o.extra.get("spot_fetched_at" if self.spot else "fetched_at"),
                 "estimate": self.estimate.to_json(), "software": self.software}
 
 
