@@ -185,3 +185,21 @@ def test_billing_skus_are_read_as_google_writes_them():
                    ("gpu", "80GB A100", True, "us-central1"): 1.57, ("gpu", "80GB A100", True, "us-east1"): 1.57,
                    ("gpu", "L4", False, "us-central1"): 0.56, ("gpu", "L4", False, "us-east1"): 0.56}
     assert "units" not in skus[0]["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"]
+
+
+def test_a_new_aws_gpu_is_planned_once_its_datasheet_is_known_and_listed_with_the_reason_until_then(world, tmp_path):
+    world["aws"].set_quota("us-east-1", "L-DB2E81BA", 64)
+    world["aws"].set_quota("us-east-1", "L-417A185B", 384)
+    assert refresh("--cloud", "aws")[0] == 0
+    path = tmp_path / "job.yaml"
+    for gpu, expect in (("L40S:1", "g6e."), (None, None)):
+        wish = {"accelerators": gpu} if gpu else {}
+        path.write_text(yaml.safe_dump({"name": "t", "job": "cnn", "workload": TINY,
+                                        "resources": {"clouds": ["aws"], "regions": ["us-east-1"], **wish}}))
+        code, result = invoke(cli_plan.plan_command, [str(path), "--json", "--all"])
+        plan = json.loads(result.stdout[result.stdout.index("{"):])
+        if expect:
+            assert code == 0 and plan["chosen"]["instance_type"].startswith(expect), result.output[-500:]
+        else:
+            b200 = next(c for c in plan["candidates"] if c["accelerator"] == "B200" and c["region"] == "us-east-1")
+            assert "no datasheet figures" in b200["reason"]
