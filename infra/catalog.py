@@ -137,6 +137,13 @@ def canonical_gpu(name: str, catalog_dir: Path | None = None) -> str | None:
 
 
 def _row_to_offer(r: dict) -> Offer:
+    extra = {}
+    if r.get("fetched_at"):  # a refreshed row (infra/refresh/build.py): when and from where
+        extra = {"fetched_at": float(r["fetched_at"]),
+                 "spot_fetched_at": float(r["spot_fetched_at"]) if r.get("spot_fetched_at") else None,
+                 "spot_source": r.get("spot_source", "")}
+    if r.get("gcp_accelerator_type"):
+        extra["gcp_accelerator_type"] = r["gcp_accelerator_type"]
     return Offer(
         cloud=r["cloud"], region=r["region"], instance_type=r["instance_type"],
         accelerator=r["accelerator"] or None, accelerator_count=int(r["accelerator_count"] or 0),
@@ -147,15 +154,31 @@ def _row_to_offer(r: dict) -> Offer:
         gpu_price_per_hour=_f(r.get("gpu_price_per_hour", "")),
         host_spot_price_per_hour=_f(r.get("host_spot_price_per_hour", "")),
         gpu_spot_price_per_hour=_f(r.get("gpu_spot_price_per_hour", "")),
-        spot_price_date=r.get("price_date", ""),
+        spot_price_date=r.get("spot_price_date") or r.get("price_date", ""),
+        extra=extra,
     )
 
 
-def load_offers(path: Path | None = None, spot_overrides: Path | None = None) -> list[Offer]:
-    """Every cloud offer in the catalog, with refreshed spot prices applied where there are some."""
+def refreshed_offers_path() -> Path:
+    from infra.paths import refresh_dir
+
+    return refresh_dir() / "offers.csv"
+
+
+def load_offers(path: Path | None = None, spot_overrides: Path | None = None,
+                refreshed: Path | None = None) -> list[Offer]:
+    """Every cloud offer: what `dlrun catalog refresh` fetched ($DLRUN_HOME/catalog/offers.csv) for the
+    regions it fetched, the shipped snapshot for the others (with older refreshed spot prices applied)."""
     path = Path(path) if path else _dir(None) / "offers.csv"
     with open(path, newline="") as f:
         offers = [_row_to_offer(r) for r in csv.DictReader(f)]
+    refreshed = refreshed if refreshed is not None else refreshed_offers_path()
+    fetched: list[Offer] = []
+    if refreshed.exists():
+        with open(refreshed, newline="") as f:
+            fetched = [_row_to_offer(r) for r in csv.DictReader(f)]
+        covered = {(o.cloud, o.region) for o in fetched}
+        offers = [o for o in offers if (o.cloud, o.region) not in covered]
     if spot_overrides is None:
         spot_overrides = spot_prices_path()
     if spot_overrides.exists():
@@ -167,7 +190,7 @@ def load_offers(path: Path | None = None, spot_overrides: Path | None = None) ->
             if (k := (o.cloud, o.region, o.instance_type)) in fresh else o
             for o in offers
         ]
-    return _priced_by_zone(offers)
+    return _priced_by_zone(offers + fetched)
 
 
 def sold_markets(offer: Offer, catalog_dir: Path | None = None) -> tuple[str, ...] | None:

@@ -24,3 +24,10 @@ def keys_dir() -> Path:
 def spot_prices_path() -> Path:
     """Fresher spot prices written by `dlrun catalog refresh`, applied over the shipped catalog."""
     return dlrun_home() / "spot_prices.csv"
+
+
+def refresh_dir() -> Path:
+    """What `dlrun catalog refresh` and the plan read from the clouds' APIs (infra/refresh/cache.py)."""
+    d = dlrun_home() / "catalog"
+    d.mkdir(parents=True, exist_ok=True)
+    return d

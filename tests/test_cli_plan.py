@@ -1,5 +1,4 @@
 """`dlrun plan` and `dlrun catalog [refresh]` through click's CliRunner (refresh under moto)."""
-import csv
 import json
 
 import pytest
@@ -91,59 +90,3 @@ def test_catalog_lists_and_filters_offers():
     assert code == 2
 
 
-def _seed_spot_history(monkeypatch, records):
-    """moto answers describe_spot_price_history with a fixed price; serve a seeded history instead."""
-    from moto.core.responses import ActionResult
-    from moto.ec2.responses.spot_instances import SpotInstances
-
-    def seeded(self):
-        types = self._get_param("InstanceTypes", [])
-        return ActionResult({"SpotPriceHistory": [r for r in records if r["InstanceType"] in types
-                                                  and r["AvailabilityZone"].startswith(self.region)]})
-
-    monkeypatch.setattr(SpotInstances, "describe_spot_price_history", seeded)
-
-
-def test_catalog_refresh_under_moto_keeps_the_latest_cheapest_price_with_its_date(monkeypatch, dlrun_home):
-    from moto import mock_aws
-
-    from infra.catalog import load_offers
-
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    history = [
-        {"InstanceType": "g4dn.xlarge", "AvailabilityZone": "us-east-1a", "SpotPrice": "0.1500",
-         "ProductDescription": "Linux/UNIX", "Timestamp": "2026-01-10T10:00:00Z"},
-        {"InstanceType": "g4dn.xlarge", "AvailabilityZone": "us-east-1a", "SpotPrice": "0.1900",
-         "ProductDescription": "Linux/UNIX", "Timestamp": "2026-01-11T10:00:00Z"},  # newer: replaces 0.15
-        {"InstanceType": "g4dn.xlarge", "AvailabilityZone": "us-east-1b", "SpotPrice": "0.1700",
-         "ProductDescription": "Linux/UNIX", "Timestamp": "2026-01-09T08:00:00Z"},  # cheapest latest
-        {"InstanceType": "g4dn.xlarge", "AvailabilityZone": "us-east-1c", "SpotPrice": "0.0100",
-         "ProductDescription": "Windows", "Timestamp": "2026-01-11T10:00:00Z"},  # not Linux
-        {"InstanceType": "p3.2xlarge", "AvailabilityZone": "us-east-1a", "SpotPrice": "0.9000",
-         "ProductDescription": "Linux/UNIX", "Timestamp": "2026-01-12T00:00:00Z"},
-    ]
-    _seed_spot_history(monkeypatch, history)
-    with mock_aws():
-        code, result = invoke(cli_plan.catalog_group, ["refresh", "--region", "us-east-1"])
-    assert code == 0, result.output
-    with open(dlrun_home / "spot_prices.csv") as f:
-        rows = {r["instance_type"]: r for r in csv.DictReader(f)}
-    assert rows["g4dn.xlarge"]["spot_price_per_hour"] == "0.17"
-    assert rows["g4dn.xlarge"]["price_date"] == "2026-01-09" and rows["g4dn.xlarge"]["zone"] == "us-east-1b"
-    g4 = next(o for o in load_offers() if o.key == "aws/us-east-1/g4dn.xlarge")
-    assert (g4.spot_price_per_hour, g4.spot_price_date) == (0.17, "2026-01-09")
-    untouched = next(o for o in load_offers() if o.key == "aws/us-west-2/g4dn.xlarge")
-    assert untouched.spot_price_date == untouched.price_date
-
-
-def test_catalog_refresh_with_plain_moto_keeps_moto_prices_and_dates(monkeypatch, dlrun_home):
-    from moto import mock_aws
-
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    from orchestrator.planning.catalog_refresh import refresh_spot_prices
-
-    with mock_aws():
-        rows = refresh_spot_prices(["us-east-1"])
-    assert rows and all(r["price_date"] == "2006-01-02" and r["zone"].startswith("us-east-1") for r in rows)

@@ -1,6 +1,5 @@
 """Per-zone spot prices: the launch under moto tries zones in the order the estimate priced them, and
 `dlrun catalog refresh` keeps every zone (an outlier zone does not set the region's price)."""
-import csv
 
 import pytest
 from moto import mock_aws
@@ -10,7 +9,6 @@ from infra.spot_zones import ZonePrice, launch_order, rank
 from tests.fakes.aws_faults import fail_run_instances
 from tests.fakes.aws_images import seed_image_parameters
 from tests.test_aws import REGION, aws_env, make_provider, make_request, offer  # noqa: F401  (fixtures)
-from tests.test_cli_plan import _seed_spot_history, invoke
 
 
 def test_rank_flags_a_zone_far_below_the_median_of_the_others():
@@ -41,22 +39,3 @@ def test_a_spot_launch_tries_the_priced_zone_first_and_the_outlier_last(aws_env)
     assert request.offer.spot_price_per_hour == pytest.approx(7.8799)  # the price of the first zone tried
 
 
-def test_refresh_keeps_every_zone_and_prices_the_launch_zone(monkeypatch, dlrun_home):
-    from infra.catalog import load_offers
-    from orchestrator.cli import plan as cli_plan
-
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    rec = {"InstanceType": "p4d.24xlarge", "ProductDescription": "Linux/UNIX", "Timestamp": "2026-01-10T10:00:00Z"}
-    _seed_spot_history(monkeypatch, [{**rec, "AvailabilityZone": "us-east-1a", "SpotPrice": "2.00"},
-                                     {**rec, "AvailabilityZone": "us-east-1b", "SpotPrice": "8.00"},
-                                     {**rec, "AvailabilityZone": "us-east-1c", "SpotPrice": "7.50"}])
-    with mock_aws():
-        code, result = invoke(cli_plan.catalog_group, ["refresh", "--region", "us-east-1"])
-    assert code == 0, result.output
-    with open(dlrun_home / "spot_zones.csv") as f:
-        zones = {r["zone"]: float(r["spot_price_per_hour"]) for r in csv.DictReader(f)}
-    assert zones == {"us-east-1a": 2.0, "us-east-1b": 8.0, "us-east-1c": 7.5}
-    p4d = next(o for o in load_offers() if o.key == "aws/us-east-1/p4d.24xlarge")
-    assert p4d.spot_price_per_hour == 7.5 and p4d.spot_price_date == "2026-01-10"
-    assert [z.zone for z in p4d.extra["spot_zones"].outliers] == ["us-east-1a"]

@@ -63,7 +63,9 @@ class GcpProvider(GcpTeardown, VmProvider):
         self.storage_endpoint = storage_endpoint or os.environ.get("DLRUN_GCS_ENDPOINT") or None
         self.iam_endpoint = iam_endpoint or os.environ.get("DLRUN_GCP_IAM_ENDPOINT") or None
         self.ssh_cidr = ssh_cidr
-        self.zone_table = {**DEFAULT_ZONES, **(zones or {})}
+        from infra.refresh.zones import gcp_region_zones  # regions `dlrun catalog refresh` found
+
+        self.zone_table = {**DEFAULT_ZONES, **gcp_region_zones(), **(zones or {})}
         self._clients: dict[str, object] | None = None
         self._terminated: set[str] = set()
         self._access_checked = False

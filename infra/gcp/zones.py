@@ -28,8 +28,10 @@ def _table(catalog_dir: Path) -> dict[tuple[str, str], list[str]]:
 
 def gpu_zones(accelerator: str, region: str) -> list[str] | None:
     """The zones of region that offer accelerator, or None when the table does not say."""
+    from infra.refresh.zones import gcp_gpu_zones  # what `dlrun catalog refresh` read, first
+
     catalog_dir = Path(os.environ.get("DLRUN_CATALOG_DIR") or CATALOG_DIR)
-    return _table(catalog_dir).get((accelerator, region))
+    return gcp_gpu_zones().get((accelerator, region)) or _table(catalog_dir).get((accelerator, region))
 
 
 def zones_for(offer: Offer, region_zones: list[str]) -> list[str]:

@@ -13,7 +13,8 @@ from orchestrator.errors import NothingFitsError, UsageError
 
 def run_plan(spec, backend: str | None = None, *, blocked: frozenset[str] = frozenset(), store=None,
              offers=None):
-    """Plan a validated JobSpec over every backend it names; `backend` restricts to one."""
+    """Plan a validated JobSpec over every backend it names; `backend` restricts to one. Quotas older than
+    their lifetime (an hour) are read again; a launch re-reads them itself (executor.make_plan)."""
     from infra import BACKEND_NAMES
     from orchestrator.planning.planner import plan_job, restrict
 
@@ -23,7 +24,7 @@ def run_plan(spec, backend: str | None = None, *, blocked: frozenset[str] = froz
         from orchestrator.state.db import Store
 
         store = Store()
-    return plan_job(restrict(spec, backend), blocked=blocked, store=store, offers=offers)
+    return plan_job(restrict(spec, backend), blocked=blocked, store=store, offers=offers, quota_max_age_s=None)
 
 
 def with_objective(spec, optimize: str | None):
@@ -179,16 +180,85 @@ def _filters(gpu, cloud, region) -> str:
 
 
 @catalog_group.command("refresh")
-@click.option("--region", "regions", multiple=True, help="AWS region(s); default: every catalog region")
-def catalog_refresh_command(regions):
-    """Update AWS spot prices from describe_spot_price_history (keeps each price's date)."""
-    from orchestrator.planning.catalog_refresh import refresh_spot_prices, spot_prices_path
+@click.option("--cloud", "clouds", type=click.Choice(["aws", "gcp"]), multiple=True, help="default: both")
+@click.option("--region", "regions", multiple=True, help="AWS region(s); default: every region the account has enabled")
+@click.option("--stale-only", is_flag=True, help="fetch only what is older than its lifetime (what a plan does)")
+def catalog_refresh_command(clouds, regions, stale_only):
+    """Read prices, offers and GPU types from the clouds' own APIs (every source in parallel; a source
+    that fails keeps what it had and says so)."""
+    from orchestrator.planning.catalog_refresh import refresh_catalog
+    from infra.catalog import refreshed_offers_path
 
-    rows = refresh_spot_prices(list(regions) or None)
-    for r in rows:
-        click.echo(f"{r['region']:<14} {r['instance_type']:<16} ${float(r['spot_price_per_hour']):.4f}/h "
-                   f"({r['zone']}, {r['price_date']})")
-    click.echo(f"{plural(len(rows), 'spot price')} written to {spot_prices_path()}")
+    report = refresh_catalog(tuple(clouds) or ("aws", "gcp"), list(regions) or None,
+                             max_age=None if stale_only else {}, progress=lambda line: click.echo(line, err=True))
+    for cloud, why in report.skipped.items():
+        click.echo(f"{cloud}: not refreshed: {why}", err=True)
+    for r in report.failed:
+        click.echo(r.line(), err=True)
+    fetched = [r for r in report.results if r.status == "fetched"]
+    regions_text = ", ".join(f"{c} {n} regions" for c, n in report.regions.items() if n)
+    click.echo(f"{plural(len(fetched), 'source')} fetched, {len(report.failed)} failed in {report.seconds:.1f} s: "
+               f"{plural(report.offers, 'offer')} ({regions_text or 'none'}) in {refreshed_offers_path()}")
+    if len(report.skipped) == len(tuple(clouds) or ("aws", "gcp")):
+        from orchestrator.errors import CloudCredentialsError
+
+        raise CloudCredentialsError("nothing refreshed: " + "; ".join(f"{c}: {w}" for c, w in report.skipped.items()))
+
+
+@catalog_group.command("quotas")
+@click.option("--cloud", type=click.Choice(["aws", "gcp"]), default=None)
+@click.option("--region", "regions", multiple=True, help="region(s); default: every region of the catalog's offers")
+@click.option("--all", "show_all", is_flag=True, help="also quotas with room to spare (default: GPU quotas and full ones)")
+@click.option("--json", "as_json", is_flag=True)
+def catalog_quotas_command(cloud, regions, show_all, as_json):
+    """This account's quotas that decide what dlrun can launch (read now when older than an hour)."""
+    from infra.catalog import load_offers
+    from infra.refresh.cache import age_words, stamp
+    from orchestrator.planning.catalog_refresh import quota_book
+
+    clouds = [cloud] if cloud else ["aws", "gcp"]
+    wanted: dict[str, set[str]] = {c: set() for c in clouds}
+    offers = load_offers()
+    if regions:
+        for r in regions:
+            _known_region(r, cloud, offers)
+    for o in offers:
+        if o.cloud in wanted and (not regions or o.region in regions):
+            wanted[o.cloud].add(o.region)
+    book = quota_book(wanted, progress=lambda line: click.echo(line, err=True))
+    quotas = sorted(book.all_quotas(), key=lambda q: (q.cloud, q.region != "global", q.region, q.code))
+    if regions:
+        quotas = [q for q in quotas if q.region in regions or q.region == "global"]
+    if not show_all:
+        quotas = [q for q in quotas if q.unit == "GPU" or q.market or (q.free is not None and q.free <= 0)
+                  or q.code in ("CPUS", "CPUS_ALL_REGIONS")]
+    if as_json:
+        units = [{"cloud": u.cloud, "region": u.region, "fetched_at": stamp(u.fetched_at), "source": u.source,
+                  "error": u.error} for u in book.units.values()]
+        click.echo(json.dumps({"quotas": [q.__dict__ for q in quotas], "units": units,
+                               "unchecked": book.unchecked}, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"quotas: {plural(len(quotas), 'quota')}")
+    for col in ("cloud", "region", "quota", "name", "market", "limit", "in use", "free"):
+        table.add_column(col, justify="right" if col in ("limit", "in use", "free") else "left")
+    for q in quotas:
+        free = "unknown" if q.free is None else f"{q.free:g} {q.unit}"
+        table.add_row(q.cloud, q.where(), q.code, q.name if q.name != q.code else "", q.market or "both",
+                      "unknown" if q.limit is None else f"{q.limit:g}", "?" if q.usage is None else f"{q.usage:g}",
+                      free, style="red" if q.free is not None and q.free <= 0 else None)
+    _console().print(table)
+    for c, why in book.unchecked.items():
+        click.echo(f"{c}: quotas not read: {why}")
+    for u in sorted(book.units.values(), key=lambda u: (u.cloud, u.region)):
+        if u.error:
+            kept = f"; showing what was read {age_words(u.age_s())} ago" if u.fetched_at else ""
+            click.echo(f"{u.cloud} {u.region}: {u.error}{kept}")
+    ages = [u.age_s() for u in book.units.values() if u.fetched_at]
+    if ages:
+        click.echo(f"read {age_words(min(ages))} to {age_words(max(ages))} ago (cached for an hour; "
+                   "a launch reads them again)")
 
 
 COMMANDS = (plan_command, catalog_group)

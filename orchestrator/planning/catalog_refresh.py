@@ -1,128 +1,256 @@
-"""`dlrun catalog refresh`: newer AWS spot prices from describe_spot_price_history.
+"""`dlrun catalog refresh` and the plan's reads of the clouds' APIs: quotas (quota_book) and prices,
+offers and GPU types (refresh_catalog; infra/refresh/ has the readers, build.py the offers).
 
-For each instance type of the catalog in a region it keeps the latest price of every availability
-zone, with its own date. Every zone goes to $DLRUN_HOME/spot_zones.csv (infra/spot_zones.py ranks
-them: far-below-the-others zones are flagged); the zone dlrun launches in first sets the region's
-price in $DLRUN_HOME/spot_prices.csv. catalog.load_offers applies both over the shipped catalog.
+Quotas: the regions a plan's offers are in are read again where the cache is older than the lifetime
+the caller gives (a plan: an hour; a launch: LAUNCH_QUOTA_AGE_S), all regions in parallel threads.
+
+Prices: every source (per cloud, kind and region) is fetched when older than its lifetime, or always
+(`dlrun catalog refresh`); $DLRUN_HOME/catalog/offers.csv, spot_zones.csv and gcp_gpu_zones.csv are then
+rebuilt from the cache, and catalog.load_offers applies them over the shipped snapshot per region.
 """
 from __future__ import annotations
 
-import csv
-import datetime as dt
-from pathlib import Path
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
-from infra.catalog import load_offers
-from infra.spot_zones import FIELDS as ZONE_FIELDS, ZonePrice, home_zone_prices_path, rank
-from orchestrator.state.db import dlrun_home
+from infra.refresh import aws_quotas, cache, gcp_quotas
+from infra.refresh.clients import (AwsClients, GcpClients, aws_credentials_configured,
+                                   gcp_credentials_configured)
+from infra.refresh.quotas import GLOBAL, QuotaBook
+from infra.spot_zones import home_zone_prices_path
 
-FIELDS = ["cloud", "region", "instance_type", "spot_price_per_hour", "price_date", "zone", "fetched_at"]
-
-
-def spot_prices_path() -> Path:
-    return dlrun_home() / "spot_prices.csv"
+WORKERS = 16
 
 
-def _aws_regions_and_types(regions: list[str] | None) -> dict[str, list[str]]:
-    wanted: dict[str, list[str]] = {}
-    for o in load_offers(spot_overrides=Path("/nonexistent")):
-        if o.cloud == "aws" and (not regions or o.region in regions):
-            wanted.setdefault(o.region, [])
-            if o.instance_type not in wanted[o.region]:
-                wanted[o.region].append(o.instance_type)
-    for r in regions or []:
-        wanted.setdefault(r, [])
-    return wanted
+# ---- quotas -----------------------------------------------------------------------------------------
 
-
-def fetch_region(client, instance_types: list[str], now: dt.datetime | None = None) -> dict[str, dict]:
-    """instance type -> {price, date, zone, zones}: latest price per zone; the launch zone's sets the price."""
-    now = now or dt.datetime.now(dt.timezone.utc)
-    latest: dict[tuple[str, str], dict] = {}
-    pages = client.get_paginator("describe_spot_price_history").paginate(
-        InstanceTypes=instance_types, ProductDescriptions=["Linux/UNIX"],
-        StartTime=now - dt.timedelta(days=1), EndTime=now)
-    for page in pages:
-        for rec in page.get("SpotPriceHistory", []):
-            if not rec.get("ProductDescription", "").startswith("Linux/UNIX"):
-                continue
-            key = (rec["InstanceType"], rec["AvailabilityZone"])
-            if key not in latest or rec["Timestamp"] > latest[key]["Timestamp"]:
-                latest[key] = rec
-    zones: dict[str, dict[str, dict]] = {}
-    for (itype, zone), rec in latest.items():
-        ts = rec["Timestamp"]
-        date = ts.date().isoformat() if hasattr(ts, "date") else str(ts)[:10]
-        zones.setdefault(itype, {})[zone] = {"price": float(rec["SpotPrice"]), "date": date, "zone": zone}
-    best: dict[str, dict] = {}
-    for itype, by_zone in zones.items():
-        ranking = rank([ZonePrice(z["zone"], z["price"], z["date"]) for z in by_zone.values()])
-        best[itype] = {**by_zone[ranking.launch_zone.zone], "zones": list(by_zone.values())}
-    return best
-
-
-def refresh_spot_prices(regions: list[str] | None = None, *, session=None) -> list[dict]:
-    """Query AWS for every catalog region (or `regions`), merge into spot_prices.csv, return new rows."""
-    from orchestrator.errors import CloudCredentialsError
-
-    import boto3
-    from botocore.exceptions import ClientError, NoCredentialsError
-
-    session = session or boto3.session.Session()
-    fetched_at = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    rows: list[dict] = []
-    for region, types in _aws_regions_and_types(regions).items():
-        if not types:
+def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None, aws=None, gcp=None,
+               progress=None, fetch: bool = True) -> QuotaBook:
+    """The quotas of these (cloud -> regions), read again where older than max_age_s (default: the kind's
+    lifetime), in parallel. A cloud without credentials is "not checked", with the reason."""
+    book = QuotaBook()
+    jobs: list[tuple[str, list[str]]] = []
+    for cloud, wanted in regions.items():
+        if cloud not in ("aws", "gcp") or not wanted:
             continue
-        client = session.client("ec2", region_name=region)
-        try:
-            best = fetch_region(client, types)
-        except NoCredentialsError:
-            raise CloudCredentialsError("AWS credentials not found; configure them (aws configure) "
-                                        "to refresh spot prices") from None
-        except ClientError as e:
-            code = e.response.get("Error", {}).get("Code", "")
-            if code in ("AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId"):
-                raise CloudCredentialsError(f"AWS refused the spot price query in {region} ({code}); "
-                                            "check your credentials") from None
-            raise
-        rows += [{"cloud": "aws", "region": region, "instance_type": t, "spot_price_per_hour": b["price"],
-                  "price_date": b["date"], "zone": b["zone"], "fetched_at": fetched_at, "zones": b["zones"]}
-                 for t, b in best.items()]
-    _merge(rows)
-    _merge_zones(rows)
-    return rows
+        units = cache.load(cloud, "quotas")
+        need = set(wanted) | ({GLOBAL} if cloud == "gcp" else set())
+        for r in need:
+            if r in units:
+                book.units[(cloud, r)] = units[r]
+        launch = max_age_s is not None and max_age_s <= cache.LAUNCH_QUOTA_AGE_S
+        stale = sorted(r for r in need if r not in units or not (
+            units[r].fresh(max_age_s) or (not launch and units[r].failed_recently())))
+        if not stale or not fetch:
+            continue
+        why_not = aws_credentials_configured() if cloud == "aws" else gcp_credentials_configured()
+        if why_not:
+            book.unchecked[cloud] = why_not
+        else:
+            jobs.append((cloud, stale))
+    if not jobs:
+        return book
+    if progress:
+        progress("reading quotas: " + ", ".join(f"{c} {len(rs)} region{'s' if len(rs) != 1 else ''}"
+                                                for c, rs in jobs))
+    futures = []
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        for cloud, stale in jobs:
+            if cloud == "aws":
+                aws = aws or AwsClients()
+                futures += [(cloud, pool.submit(lambda r=r, c=aws: {r: aws_quotas.read_region(c, r)}))
+                            for r in stale]
+                continue
+            gcp = gcp or GcpClients()
+            regional = [r for r in stale if r != GLOBAL]
+            if regional:
+                futures.append((cloud, pool.submit(gcp_quotas.read_regions, gcp, regional)))
+            if GLOBAL in stale:
+                futures.append((cloud, pool.submit(lambda c=gcp: {GLOBAL: gcp_quotas.read_project(c)})))
+        results: dict[str, dict[str, cache.Unit]] = {}
+        for cloud, f in futures:
+            results.setdefault(cloud, {}).update(f.result())
+    for cloud, fresh in results.items():
+        merged = cache.save(cloud, "quotas", fresh)
+        for region in fresh:
+            book.units[(cloud, region)] = merged[region]
+    return book
 
 
-def _merge(rows: list[dict]) -> None:
-    path = spot_prices_path()
-    existing: dict[tuple, dict] = {}
-    if path.exists():
-        with open(path, newline="") as f:
-            existing = {(r["cloud"], r["region"], r["instance_type"]): r for r in csv.DictReader(f)}
-    for r in rows:
-        existing[(r["cloud"], r["region"], r["instance_type"])] = r
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(sorted(existing.values(), key=lambda r: (r["cloud"], r["region"], r["instance_type"])))
-    tmp.replace(path)
+# ---- the whole catalog --------------------------------------------------------------------------------
+
+KINDS = {"aws": ("specs", "offerings", "ondemand", "spot"), "gcp": ("specs", "offerings", "ondemand")}
 
 
-def _merge_zones(rows: list[dict]) -> None:
-    """Every zone's price of the refreshed types, replacing what was known of those types."""
-    path = home_zone_prices_path()
-    refreshed = {(r["cloud"], r["region"], r["instance_type"]) for r in rows}
-    kept: list[dict] = []
-    if path.exists():
-        with open(path, newline="") as f:
-            kept = [r for r in csv.DictReader(f) if (r["cloud"], r["region"], r["instance_type"]) not in refreshed]
-    new = [{"cloud": r["cloud"], "region": r["region"], "instance_type": r["instance_type"], "zone": z["zone"],
-            "spot_price_per_hour": z["price"], "price_date": z["date"], "source": "describe_spot_price_history"}
-           for r in rows for z in r["zones"]]
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=ZONE_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(sorted(kept + new, key=lambda r: (r["cloud"], r["region"], r["instance_type"], r["zone"])))
-    tmp.replace(path)
+@dataclass
+class SourceResult:
+    cloud: str
+    kind: str
+    region: str
+    status: str          # fetched | kept (failed: previous rows kept) | failed (nothing to keep) | fresh
+    rows: int = 0
+    age_s: float = 0.0
+    error: str = ""
+
+    def line(self) -> str:
+        what = f"{self.cloud} {self.kind}{'' if self.region in ('global', '') else ' ' + self.region}"
+        if self.status == "fetched":
+            return f"{what}: {self.rows} rows fetched"
+        if self.status == "fresh":
+            return f"{what}: fresh ({cache.age_words(self.age_s)} old), not fetched"
+        if self.status == "kept":
+            return f"{what}: FAILED ({self.error}); kept the rows fetched {cache.age_words(self.age_s)} ago"
+        return f"{what}: FAILED ({self.error}); nothing fetched before: the snapshot stands"
+
+
+@dataclass
+class RefreshReport:
+    results: list[SourceResult] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)   # cloud -> why it was not refreshed
+    offers: int = 0
+    regions: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[SourceResult]:
+        return [r for r in self.results if r.status in ("kept", "failed")]
+
+
+def _record(report: RefreshReport, lock, cloud: str, kind: str, fresh: dict[str, cache.Unit]) -> None:
+    merged = cache.save(cloud, kind, fresh)
+    with lock:
+        for region, unit in fresh.items():
+            m = merged[region]
+            if not unit.error:
+                report.results.append(SourceResult(cloud, kind, region, "fetched", len(unit.rows)))
+            else:
+                report.results.append(SourceResult(cloud, kind, region, "kept" if m.fetched_at else "failed",
+                                                   len(m.rows), m.age_s(), unit.error))
+
+
+def refresh_catalog(clouds=("aws", "gcp"), regions: list[str] | None = None, *, max_age: dict | None = None,
+                    aws=None, gcp=None, progress=None) -> RefreshReport:
+    """Fetch what is older than its lifetime (max_age: kind -> seconds; {} forces everything) from the
+    clouds' APIs, every source in parallel; then rebuild $DLRUN_HOME/catalog/offers.csv and the zone tables.
+    A source that fails keeps its previous rows and says so; a cloud without credentials is skipped."""
+    import threading
+
+    from infra.refresh import aws_prices, gcp_prices
+
+    started = time.time()
+    report, lock = RefreshReport(), threading.Lock()
+    ages = {k: cache.LIFETIME_S[k] if max_age is None else max_age.get(k, 0.0) for k in cache.LIFETIME_S}
+
+    def stale(cloud, kind, region, units=None):
+        u = (units or cache.load(cloud, kind)).get(region)
+        if u is not None and u.fetched_at and u.fresh(ages[kind]):
+            report.results.append(SourceResult(cloud, kind, region, "fresh", len(u.rows), u.age_s()))
+            return False
+        if u is not None and max_age is None and u.failed_recently():  # a plan: not again every time
+            report.results.append(SourceResult(cloud, kind, region, "kept" if u.fetched_at else "failed",
+                                               len(u.rows), u.age_s(), f"{u.error}, {cache.age_words(time.time() - u.tried_at)} ago"))
+            return False
+        return True
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        futures = []
+        if "aws" in clouds:
+            why = aws_credentials_configured()
+            if why:
+                report.skipped["aws"] = why
+            else:
+                aws = aws or AwsClients()
+                try:
+                    aws_regions = regions_for_aws(aws, regions)
+                except Exception as e:  # noqa: BLE001 — describe_regions refused: nothing to refresh
+                    report.skipped["aws"] = f"describe_regions failed: {type(e).__name__}: {str(e)[:120]}"
+                    aws_regions = []
+                if progress and aws_regions:
+                    progress(f"refreshing aws: {len(aws_regions)} regions (prices, spot, offerings, specs)")
+                cached = {k: cache.load("aws", k) for k in KINDS["aws"]}
+
+                def aws_region(region):
+                    spec = cached["specs"].get(region)
+                    if stale("aws", "specs", region, cached["specs"]):
+                        spec = aws_prices.read_specs(aws, region)
+                        _record(report, lock, "aws", "specs", {region: spec})
+                        if spec.error:
+                            spec = cache.load("aws", "specs").get(region)
+                    types = sorted({t["type"] for t in (spec.rows if spec else [])})
+                    if not types:
+                        return
+                    if stale("aws", "offerings", region, cached["offerings"]):
+                        _record(report, lock, "aws", "offerings",
+                                {region: aws_prices.read_offerings(aws, region, set(types))})
+                    if stale("aws", "spot", region, cached["spot"]):
+                        _record(report, lock, "aws", "spot", {region: aws_prices.read_spot(aws, region, types)})
+
+                for region in aws_regions:
+                    futures.append(pool.submit(aws_region, region))
+                    if stale("aws", "ondemand", region, cached["ondemand"]):
+                        futures.append(pool.submit(lambda r=region: _record(
+                            report, lock, "aws", "ondemand", {r: aws_prices.read_ondemand(aws, r)})))
+        if "gcp" in clouds:
+            why = gcp_credentials_configured()
+            if why:
+                report.skipped["gcp"] = why
+            else:
+                gcp = gcp or GcpClients()
+                if progress:
+                    progress("refreshing gcp: billing catalog SKUs, machine types, accelerator types, zones")
+                for kind, region, reader in (("ondemand", "global", gcp_prices.read_skus),
+                                             ("specs", "global", gcp_prices.read_machine_types),
+                                             ("offerings", "global", gcp_prices.read_accelerators),
+                                             ("specs", "zones", gcp_prices.read_zones)):
+                    if stale("gcp", kind, region):
+                        futures.append(pool.submit(lambda k=kind, r=region, f=reader: _record(
+                            report, lock, "gcp", k, {r: f(gcp)})))
+        for f in futures:
+            f.result()
+    rebuild_offers(report, regions)
+    report.seconds = time.time() - started
+    return report
+
+
+def regions_for_aws(aws, regions: list[str] | None) -> list[str]:
+    if regions:  # AWS names have a zone-less digit suffix (us-east-1); GCP's do not (us-central1)
+        import re
+
+        return [r for r in regions if re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", r)]
+    import os
+
+    return aws_prices_enabled(aws, os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+
+
+def aws_prices_enabled(aws, home: str) -> list[str]:
+    from infra.refresh.aws_prices import enabled_regions
+
+    return enabled_regions(aws, home)
+
+
+def rebuild_offers(report: RefreshReport | None = None, regions: list[str] | None = None) -> int:
+    """$DLRUN_HOME/catalog/offers.csv, spot_zones.csv and gcp_gpu_zones.csv from the cache."""
+    from infra.catalog import refreshed_offers_path
+    from infra.paths import refresh_dir
+    from infra.refresh import build
+
+    aws_units = {k: cache.load("aws", k) for k in KINDS["aws"]}
+    rows, zone_rows = build.aws_rows(aws_units["specs"], aws_units["offerings"], aws_units["ondemand"],
+                                     aws_units["spot"])
+    g = {k: cache.load("gcp", k) for k in KINDS["gcp"]}
+    grows, gzones = build.gcp_rows(g["ondemand"].get("global"), g["specs"].get("global"),
+                                   g["offerings"].get("global"))
+    rows += grows
+    if rows:
+        build.write_csv(refreshed_offers_path(), build.FIELDS, rows)
+    if zone_rows:
+        build.write_csv(home_zone_prices_path(), build.ZONE_FIELDS, zone_rows)
+    if gzones:
+        build.write_csv(refresh_dir() / "gcp_gpu_zones.csv", ["accelerator", "region", "zones"], gzones)
+    if report is not None:
+        report.offers = len(rows)
+        for r in rows:
+            report.regions[r["cloud"]] = report.regions.get(r["cloud"], 0)
+        report.regions = {c: len({r["region"] for r in rows if r["cloud"] == c}) for c in ("aws", "gcp")}
+    return len(rows)

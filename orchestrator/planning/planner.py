@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from infra import capabilities
 from infra.base import QuotaScope
 from infra.catalog import Offer, canonical_gpu, sold_markets
+from infra.refresh.cache import LAUNCH_QUOTA_AGE_S
 from infra.identity import owner_identity
-from orchestrator.planning import software
+from orchestrator.planning import plan_inputs, software
 from orchestrator.planning.estimator import Estimate, estimate, history_from_store
 from orchestrator.planning.storage_plan import candidate_checkpoint, check_checkpoint, storage_notes
 
@@ -43,6 +44,8 @@ class Candidate:
                 "eligible": self.eligible, "feasible": self.feasible, "chosen": self.chosen,
                 "reason": self.reason, "checkpoint": self.checkpoint,
                 "price_date": o.spot_price_date if self.spot else o.price_date,
+                "price_source": (o.extra.get("spot_source") or o.source) if self.spot else o.source,
+                "price_fetched_at": o.extra.get("spot_fetched_at" if self.spot else "fetched_at"),
                 "estimate": self.estimate.to_json(), "software": self.software}
 
 
@@ -60,6 +63,7 @@ class Plan:
     optimize: str = "cost"
     default_deadline: str | None = None  # set when the deadline is the config's default, not the job's
     zone_flags: dict[str, str] = field(default_factory=dict)  # offer key -> its flagged spot zone, in words
+    quota_raise: list[str] = field(default_factory=list)  # quotas that keep offers out: which to raise, in words
 
     @property
     def ranked(self) -> list[Candidate]:
@@ -83,6 +87,12 @@ class Plan:
                     f"needs {self.fastest_hours_ignoring_deadline:.2f} h; extend --deadline")
         if self.retired:
             return "nothing fits: " + " ".join(self.retired)
+        if self.quota_raise:
+            from infra.refresh.quotas import raise_hint
+
+            clouds = [c for c in ("aws", "gcp") if any(q.startswith(c + " ") for q in self.quota_raise)]
+            return ("nothing fits: this account's quotas rule out every candidate that would run it; raise "
+                    + "; or ".join(self.quota_raise) + " — " + "; ".join(raise_hint(c) for c in clouds))
         return "nothing fits: no candidate can run this job (see 'why excluded'); relax resources or clouds"
 
     def to_json(self) -> dict:
@@ -91,6 +101,7 @@ class Plan:
                 "fastest_hours_ignoring_deadline": self.fastest_hours_ignoring_deadline,
                 "max_cost": self.max_cost, "deadline_seconds": self.deadline_seconds, "notes": self.notes,
                 "optimize": self.optimize, "default_deadline": self.default_deadline, "zone_flags": self.zone_flags,
+                "quota_raise": self.quota_raise,
                 "profile": _profile_summary(self.profile),
                 "candidates": [c.to_json() for c in self.ranked]}
 
@@ -217,6 +228,9 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
         if not any(canonical_gpu(w.name) == name and w.count == offer.accelerator_count for w in wishes):
             want = ", ".join(f"{w.name}:{w.count}" for w in wishes)
             return f"not {want}"
+    if offer.accelerator and offer.cloud != "local" and canonical_gpu(offer.accelerator) is None:
+        return (f"GPU {offer.accelerator} has no datasheet figures in configs/catalog/gpus.csv (new to dlrun): "
+                "it cannot be estimated yet")
     min_mem = res.min_gpu_memory_gb
     if min_mem is not None and (offer.accelerator is None or offer.gpu_memory_gb < min_mem):
         return f"GPU memory {offer.gpu_memory_gb:g} GB < {min_mem:g} GB"
@@ -226,7 +240,9 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
 # --- the plan --------------------------------------------------------------------------------------
 
 def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), store=None, profile=None,
-         history=None, settings=None) -> Plan:
+         history=None, settings=None, quotas=None) -> Plan:
+    """quotas (infra.refresh.quotas.QuotaBook): a market this account cannot launch now is excluded,
+    naming the quota to raise; None: quotas are not looked at."""
     profile = profile or profile_for(spec)
     if history is None and store is not None:
         history = history_from_store(store)
@@ -259,7 +275,8 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             base, no_bucket = candidate_checkpoint(spec, offer, spot, owner)
             no_bucket = no_bucket or data_exclusion(spec, offer, base)
             market_reason = reason or (SPOT_POOL_BLOCKED if spot and spot_block_key(offer) in blocked else None) \
-                or quota_blocked(offer, spot, blocked)
+                or quota_blocked(offer, spot, blocked) \
+                or (quotas.blocked(offer, spot, nodes) if quotas is not None else None)
             why = market_reason or (est.why_not if not est.fits else None) or no_bucket
             market_reason = market_reason or no_bucket
             if why is None and max_cost is not None and est.cost > max_cost:
@@ -277,12 +294,14 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     retired = software.retired_wish_notes(spec, candidates)
     notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
     notes += storage_notes(chosen)
+    raise_these = plan_inputs.quota_notes(candidates, chosen, quotas, nodes, notes, RANKS[optimize]) if quotas is not None else []
     return Plan(candidates=candidates, chosen=chosen,
                 cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
                 fastest_hours_ignoring_deadline=min((c.estimate.hours for c in workable), default=None),
                 max_cost=max_cost, deadline_seconds=deadline, profile=profile, notes=notes, optimize=optimize,
                 default_deadline=default_deadline, zone_flags=zone_flags(c for c in candidates if c.eligible and c.spot),
-                retired=retired if chosen is None else [])
+                retired=retired if chosen is None else [], quota_raise=raise_these)
+
 
 
 def zone_flags(spot_candidates) -> dict[str, str]:
@@ -316,13 +335,31 @@ def restrict(spec, backend: str | None):
     return spec.model_copy(update={"resources": res})
 
 
-def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers: list[Offer] | None = None) -> Plan:
-    """The plan over every backend the spec names (this machine and the catalog's cloud offers)."""
+def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers: list[Offer] | None = None,
+             quota_max_age_s: float | None = LAUNCH_QUOTA_AGE_S, quotas=None, progress=None) -> Plan:
+    """The plan over every backend the spec names (this machine and the catalog's cloud offers).
+
+    The account's quotas in the offers' regions are read again where older than quota_max_age_s (default
+    LAUNCH_QUOTA_AGE_S: this plan may be launched; `dlrun plan` passes None, the quotas' lifetime)."""
     from infra import offers_for
 
     check_checkpoint(spec)
+    offers_given = offers
     if offers is None:
         offers = offers_for(spec.resources.clouds)
     else:
         offers = [o for o in offers if o.cloud in spec.resources.clouds]
-    return plan(spec, offers, blocked=blocked, store=store)
+    refresh_notes: list[str] = []
+    if offers_given is None:
+        refresh_notes = plan_inputs.refresh_stale(spec.resources.clouds, progress or plan_inputs.stderr_line)
+        if refresh_notes is not None and refresh_notes[:1] == ["refreshed"]:
+            offers = [o for o in offers_for(spec.resources.clouds)]
+            refresh_notes = refresh_notes[1:]
+    if quotas is None:
+        quotas = plan_inputs.quotas_for(spec, offers, quota_max_age_s, progress or plan_inputs.stderr_line)
+    result = plan(spec, offers, blocked=blocked, store=store, quotas=quotas)
+    result.notes += refresh_notes or []
+    note = plan_inputs.price_source_note(result)
+    if note:
+        result.notes.append(note)
+    return result

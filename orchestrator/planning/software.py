@@ -220,7 +220,6 @@ def price_age_note(candidates, today: dt.date | None = None) -> str | None:
     if age <= PRICE_MAX_AGE_DAYS:
         return None
     return (f"prices are old: the oldest used is dated {oldest.isoformat()} ({age} days, more than "
-            f"{PRICE_MAX_AGE_DAYS}); refresh spot prices with `dlrun catalog refresh` and on-demand prices in "
-            "configs/catalog/offers.csv (or point DLRUN_CATALOG_DIR at a newer catalog)")
+            f"{PRICE_MAX_AGE_DAYS}); run `dlrun catalog refresh` (reads both clouds' prices and offers)")
 
 

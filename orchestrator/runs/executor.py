@@ -48,6 +48,8 @@ def make_plan(spec: JobSpec, blocked: frozenset[str] = frozenset(), store: Store
 
 def _require_choice(plan, spec: JobSpec) -> None:
     if plan.chosen is None:
+        if getattr(plan, "quota_raise", None):  # the account's quotas, not the budget: say which to raise
+            raise NothingFitsError(f"{spec.name}: {plan.nothing_fits_message()}", plan=plan)
         cheapest = getattr(plan, "cheapest_feasible_cost_ignoring_budget", None)
         hint = f"; the cheapest that would work costs ${cheapest:.2f} (raise --max-cost)" if cheapest else \
             "; relax the deadline, accelerators or clouds"

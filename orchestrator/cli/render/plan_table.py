@@ -54,6 +54,14 @@ def shown(plan, show_all: bool) -> list:
         if gpu_config(c.offer) not in seen:
             seen.add(gpu_config(c.offer))
             rows.append(c)
+    # configurations only the account's quotas keep out: their best candidate, saying which quota
+    for c in sorted((c for c in ranked if not c.eligible and (c.reason or "").startswith("quota: ")),
+                    key=lambda c: (c.estimate.cost, c.offer.key)):
+        if len(rows) >= DEFAULT_ROWS:
+            break
+        if gpu_config(c.offer) not in seen:
+            seen.add(gpu_config(c.offer))
+            rows.append(c)
     return rows
 
 

@@ -1,0 +1,161 @@
+"""The clients the readers use, made on first use and shared across threads, and whether a cloud's
+credentials are configured at all (a cheap look at the environment and the usual files, no network).
+
+AWS: a boto3 session (AWS_PROFILE, keys, ~/.aws; AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE> are
+boto3's own settings for private endpoints and emulators). The Price List Query API is served only in
+us-east-1, eu-central-1 and ap-south-1; DLRUN_AWS_PRICING_REGION picks one (default us-east-1).
+GCP: application default credentials and GOOGLE_CLOUD_PROJECT (or the ADC's project);
+DLRUN_GCP_API_ENDPOINT points Compute Engine calls at an emulator (anonymous credentials, like the
+provider), DLRUN_GCP_BILLING_ENDPOINT the Cloud Billing Catalog calls (default
+https://cloudbilling.googleapis.com); DLRUN_GCP_BILLING_API_KEY is an API key for it instead of ADC.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+PRICING_REGIONS = ("us-east-1", "eu-central-1", "ap-south-1")
+
+
+def aws_credentials_configured() -> str | None:
+    """None when AWS credentials are configured somewhere boto3 looks without a network call, else why not."""
+    env = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+           "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    if any(os.environ.get(v) for v in env):
+        return None
+    files = [os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials",
+             os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config"]
+    if any(Path(f).expanduser().is_file() for f in files):
+        return None
+    return "no AWS credentials found (AWS_PROFILE, AWS_ACCESS_KEY_ID or ~/.aws)"
+
+
+def gcp_project() -> str | None:
+    project = os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT")
+    if project:
+        return project
+    adc = _adc_file()
+    if adc is not None:
+        import json
+
+        try:
+            data = json.loads(adc.read_text())
+            return data.get("quota_project_id") or data.get("project_id")
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def _adc_file() -> Path | None:
+    explicit = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("CLOUDSDK_CONFIG") or "~/.config/gcloud"
+    p = Path(base).expanduser() / "application_default_credentials.json"
+    return p if p.is_file() else None
+
+
+def gcp_credentials_configured() -> str | None:
+    if not (os.environ.get("DLRUN_GCP_API_ENDPOINT") or _adc_file()):
+        return "no GCP application default credentials (gcloud auth application-default login)"
+    if not gcp_project():
+        return "no GCP project configured (set GOOGLE_CLOUD_PROJECT)"
+    return None
+
+
+class AwsClients:
+    """boto3 clients per (service, region), made once (clients are thread-safe, sessions are not)."""
+
+    def __init__(self, session=None, max_attempts: int = 4):
+        self._session, self._clients, self._lock = session, {}, threading.Lock()
+        self.max_attempts = max_attempts  # botocore's standard retry mode: throttling is retried with backoff
+
+    def client(self, service: str, region: str):
+        with self._lock:
+            key = (service, region)
+            if key not in self._clients:
+                import boto3
+                from botocore.config import Config
+
+                if self._session is None:
+                    self._session = boto3.session.Session()
+                self._clients[key] = self._session.client(
+                    service, region_name=region,
+                    config=Config(retries={"mode": "standard", "max_attempts": self.max_attempts}, connect_timeout=5,
+                                  read_timeout=30, max_pool_connections=32))
+            return self._clients[key]
+
+    @property
+    def pricing_region(self) -> str:
+        return os.environ.get("DLRUN_AWS_PRICING_REGION") or "us-east-1"
+
+
+class GcpClients:
+    """google-cloud-compute REST clients and an HTTP session for the Cloud Billing Catalog API."""
+
+    def __init__(self, project: str | None = None, credentials=None, api_endpoint: str | None = None,
+                 billing_endpoint: str | None = None, api_key: str | None = None):
+        self.api_endpoint = api_endpoint or os.environ.get("DLRUN_GCP_API_ENDPOINT") or None
+        self.billing_endpoint = (billing_endpoint or os.environ.get("DLRUN_GCP_BILLING_ENDPOINT")
+                                 or "https://cloudbilling.googleapis.com").rstrip("/")
+        self.api_key = api_key or os.environ.get("DLRUN_GCP_BILLING_API_KEY") or None
+        self._project, self._credentials = project, credentials
+        self._clients: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self._session = None
+
+    @property
+    def project(self) -> str:
+        return self._project or gcp_project() or ""
+
+    def _creds(self):
+        if self._credentials is None:
+            if self.api_endpoint:
+                from google.auth.credentials import AnonymousCredentials
+
+                self._credentials = AnonymousCredentials()
+            else:
+                import google.auth
+
+                self._credentials, default_project = google.auth.default(
+                    scopes=["https://www.googleapis.com/auth/cloud-platform"])
+                self._project = self._project or default_project
+        return self._credentials
+
+    def compute(self, name: str):
+        """compute_v1.<name> (RegionsClient, ProjectsClient, AcceleratorTypesClient, MachineTypesClient)."""
+        with self._lock:
+            if name not in self._clients:
+                from google.api_core.client_options import ClientOptions
+                from google.cloud import compute_v1
+
+                options = ClientOptions(api_endpoint=self.api_endpoint) if self.api_endpoint else None
+                self._clients[name] = getattr(compute_v1, name)(credentials=self._creds(), client_options=options,
+                                                               transport="rest")
+            return self._clients[name]
+
+    def billing_get(self, path: str, params: dict) -> dict:
+        """GET a Cloud Billing Catalog path (API key or ADC), JSON out; HTTP errors raise BillingError."""
+        import requests
+
+        with self._lock:
+            if self._session is None:
+                if self.api_key or self.api_endpoint:  # an API key, or the emulators (anonymous)
+                    self._session = requests.Session()
+                else:
+                    from google.auth.transport.requests import AuthorizedSession
+
+                    self._session = AuthorizedSession(self._creds())
+        if self.api_key:
+            params = {**params, "key": self.api_key}
+        r = self._session.get(f"{self.billing_endpoint}/{path.lstrip('/')}", params=params, timeout=60)
+        if r.status_code != 200:
+            raise BillingError(r.status_code, r.text[:300])
+        return r.json()
+
+
+class BillingError(Exception):
+    def __init__(self, status: int, body: str):
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
