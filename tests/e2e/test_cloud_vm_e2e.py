@@ -236,8 +236,9 @@ def test_supervisor_killed_with_9_reattaches_and_a_later_spot_preemption_relaunc
     # the head's GCS is on the VM network; without the cluster's token nothing runs there (asked from a
     # thread: the refusal takes a client a while, and the steps below need not wait for it)
     (head,) = instances(moto_server, job, ["running"])
+    address = lab.vms[head["InstanceId"]].address  # its private IP's stand-in on this machine (net.py)
     unauthenticated = ThreadPoolExecutor(1).submit(
-        unauthenticated_client, f"{head['PrivateIpAddress']}:6379", f"http://{head['PrivateIpAddress']}:8265")
+        unauthenticated_client, f"{address}:6379", f"http://{address}:8265")
     # the connection drops (Wi-Fi, a laptop lid): the tunnel is re-opened and the job goes on
     st = status(job, env)
     for tunnel in tunnel_pids(st["cluster_id"]):

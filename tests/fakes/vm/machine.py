@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +31,36 @@ INIT = Path(__file__).with_name("vm_init.py")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+DEFAULT_DISK_GB = 30.0
+
+
 class VmBootError(RuntimeError):
     pass
+
+
+def loop_devices(prefix: str) -> list[str]:
+    """'loopN (backing file)' for each loop device whose backing file is under `prefix`."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            name = backing.read_text().strip()
+        except OSError:
+            continue
+        if name.startswith(prefix):
+            found.append(f"{backing.parts[3]} ({name})")
+    return found
+
+
+def make_disk(path: Path, size_gb: float) -> None:
+    """An empty ext4 file system in a sparse file: the VM's root volume (mounted by vm_init.py). No
+    journal: the volume dies with the VM, and a journal's first writes cost time here."""
+    with open(path, "wb") as f:
+        f.truncate(int(size_gb * 2**30))
+    proc = subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E",
+                           "lazy_itable_init=1,lazy_journal_init=1", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise VmBootError(f"mkfs.ext4 {path}: {proc.stderr.strip()}")
 
 
 @dataclass
@@ -46,6 +75,8 @@ class VmSpec:
     sshd_delay_s: float = 0.0
     cloud_id: str = ""  # what the cloud would need to tell a replacement apart (GCE's numeric id)
     metadata: object = None  # netns -> metadata.VmMetadata: the VM's 169.254.169.254 (EC2 VMs)
+    cloud_image: str = ""  # what the cloud was asked to boot (AMI name, GCE source image): picks the lab image
+    disk_gb: float = DEFAULT_DISK_GB  # the root volume's size (what the VM can write over its image)
 
     def __post_init__(self):
         self.hostname = self.hostname or "ip-" + self.private_ip.replace(".", "-")
@@ -66,6 +97,9 @@ class Vm:
     pidns: str = ""  # 'pid:[inode]' of the VM's PID namespace, to find its processes
     netns_id: str = ""  # 'net:[inode]'
     power_handled: str = ""  # what the cloud did once the guest powered off (see power.py)
+    image: str = ""  # the lab image it booted (image.py)
+    address: str = ""  # its lab address, always routed to it from here (net.py)
+    routed: list[str] = field(default_factory=list)  # the addresses routed to it from here (lab address first)
     metadata: object = None  # its running metadata.VmMetadata, if its cloud gives it one
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     _console_after_death: str | None = field(default=None, repr=False)
@@ -80,13 +114,18 @@ class Vm:
 
     # ------------------------------------------------------------ boot / kill
     def boot(self, image: Image, timeout_s: float = 30) -> "Vm":
+        self.image = image.name
         files, self.host_key = vm_files(
-            self.vm_dir, user=self.spec.user, hostname=self.spec.hostname, private_ip=self.spec.private_ip,
-            authorized_keys=self.spec.authorized_keys, boot_script=self.spec.boot_script)
-        (self.vm_dir / "layer").mkdir()
+            self.vm_dir, image, user=self.spec.user, hostname=self.spec.hostname,
+            private_ip=self.spec.private_ip, authorized_keys=self.spec.authorized_keys,
+            boot_script=self.spec.boot_script)
+        for d in ("root", "disk"):  # mount points: the VM's root overlay, its disk
+            (self.vm_dir / d).mkdir(parents=True)
+        disk = self.vm_dir / "disk.img"
+        make_disk(disk, self.spec.disk_gb)
         spec_path = self.vm_dir / "spec.json"
         spec_path.write_text(json.dumps({
-            "vm_dir": str(self.vm_dir), "image": image.spec(), "hostname": self.spec.hostname,
+            "vm_dir": str(self.vm_dir), "image": image.spec(), "disk_image": str(disk), "hostname": self.spec.hostname,
             "files": files, "sshd_delay_s": self.spec.sshd_delay_s,
             "boot_script": "/var/lib/cloud/instance/scripts/part-001" if self.spec.boot_script is not None
             else None,
@@ -95,7 +134,7 @@ class Vm:
         self._proc = subprocess.Popen(
             ["setpriv", "--pdeathsig", "KILL", "ip", "netns", "exec", self.netns,
              "unshare", "--mount", "--pid", "--uts", "--fork", "--mount-proc", "--propagation", "private",
-             "--kill-child=SIGKILL", image.python_bin, "-I", "-S", str(INIT), str(spec_path)],
+             "--kill-child=SIGKILL", os.path.realpath(sys.executable), "-I", "-S", str(INIT), str(spec_path)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True, env={"PATH": PATH})
         out = self._read_until_ready(timeout_s)
@@ -154,6 +193,9 @@ class Vm:
         deadline = time.monotonic() + 10
         while self.processes() and time.monotonic() < deadline:
             time.sleep(0.02)
+        # the disk's loop device detaches (autoclear) once the VM's mount namespace is gone: soon after
+        while loop_devices(str(self.vm_dir) + "/") and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def remove_dir(self) -> None:
         shutil.rmtree(self.vm_dir, ignore_errors=True)
@@ -202,7 +244,7 @@ class Vm:
         inner = ["env", "-i", f"PATH={PATH}", f"HOME={home}", f"USER={user}", "bash", "-c", command]
         if user != "root":
             inner = ["setpriv", "--reuid", user, "--regid", user, "--init-groups", *inner]
-        argv = ["nsenter", "-t", str(self.init_pid), "-m", "-u", "-n", "-p", "--wd=/", *inner]
+        argv = ["nsenter", "-t", str(self.init_pid), "-m", "-u", "-n", "-p", "--wd", *inner]  # the init's cwd: the VM's /
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=check)
 
     def wait_for_ssh(self, timeout_s: float = 30) -> None:
@@ -211,7 +253,7 @@ class Vm:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                with socket.create_connection((self.spec.private_ip, 22), timeout=2) as conn:
+                with socket.create_connection((self.address or self.spec.private_ip, 22), timeout=2) as conn:
                     if conn.recv(7) == b"SSH-2.0":
                         return
             except OSError:
