@@ -157,10 +157,9 @@ class BootstrapConfig:
     torch_index_url: str | None = None
     gpu_count: int = 0
     gpu_memory_gb: float = 0.0
-    # where a node's packages come from (config.yaml `mirrors:`; corporate and air-gapped networks):
-    # a PEP 503 index for pip (empty: PyPI) and a Debian/Ubuntu archive for apt (empty: the image's own)
+    # where a node's packages come from (config.yaml `mirrors:`; corporate and air-gapped networks): a PEP 503
+    # index (empty: PyPI) for uv itself and every package; torch's index above is already the mirrored one
     pip_index_url: str = ""
-    apt_mirror: str = ""
     root_volume_gb: int = 0         # the node's root disk, sized from the plan (0: the image's default)
     # shell commands the watchdog runs to end this node before it powers off, for clouds where a guest
     # power-off only stops the instance (GCE: the node deletes itself); empty: power-off is the end

@@ -3,9 +3,8 @@
     default_deadline: 72h     # applied when a job names no deadline (the plan says so)
     optimize: cost            # cost | time: what "best" means among the candidates that fit
     mirrors:                  # where cloud nodes get their packages (corporate / air-gapped networks)
-      pypi: https://pypi.example.internal/simple   # a PEP 503 index for pip (default: PyPI)
-      torch: https://mirror.example.internal/whl   # stands for https://download.pytorch.org/whl
-      apt: http://apt.example.internal/ubuntu      # a Debian/Ubuntu archive (default: the image's own)
+      pypi: https://pypi.example.internal/simple   # a PEP 503 index: uv itself and every package (default: PyPI)
+      torch: https://mirror.example.internal/whl   # stands for https://download.pytorch.org/whl (its cpu/, cu126/, ...)
     aws:
       subnets: {us-east-2: subnet-0abc}            # launch there instead of the default VPC / dlrun's VPC
 """
@@ -17,7 +16,9 @@ from orchestrator.paths import dlrun_home
 
 DEFAULTS = {"default_deadline": "72h", "optimize": "cost", "mirrors": {}, "aws": {}}
 OBJECTIVES = ("cost", "time")
-MIRROR_KEYS = ("pypi", "torch", "apt")
+# no apt mirror: the boot installs nothing with apt (uv comes from the PyPI index; python3 is on every image
+# that runs cloud-init, which is written in Python)
+MIRROR_KEYS = ("pypi", "torch")
 AWS_KEYS = ("subnets",)
 
 
@@ -65,6 +66,10 @@ def load_settings() -> Settings:
     for key, url in mirrors.items():
         if not isinstance(url, str) or "://" not in url:
             raise UsageError(f"{path}: mirrors.{key}: expected a URL such as https://mirror.example/simple")
+        if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+            raise UsageError(f"{path}: mirrors.{key}: the URL carries credentials, and it is written into every "
+                             "node's start-up script (user-data / instance metadata, readable by anyone with "
+                             "describe rights); give a mirror the cluster's network may read without them")
     aws = _table(path, "aws", values["aws"], AWS_KEYS)
     subnets = aws.get("subnets") or {}
     if not isinstance(subnets, dict) or not all(isinstance(v, str) and v.startswith("subnet-")

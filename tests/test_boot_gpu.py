@@ -3,7 +3,6 @@ of test_bootstrap.py) with a fake `nvidia-smi` in the image: the exact pip comma
 index, and a boot that fails with the reason when the GPU is missing, short or unusable by torch."""
 from __future__ import annotations
 
-import shlex
 from importlib.metadata import version
 
 import pytest
@@ -14,10 +13,10 @@ from infra.catalog import load_offers
 from infra.vm.bootstrap import startup_script
 from orchestrator.planning.software import boot_settings
 from orchestrator.planning.spec import parse_job
-from tests.test_bootstrap import STUB, node  # noqa: F401 (fixture)
+from tests.test_bootstrap import STUB, node, stub, uv_calls  # noqa: F401 (fixture)
 
 TORCH = version("torch").split("+")[0]
-NO_CUDA = '\nif [ "$1" = "-c" ] && [ -e "$STUB_DIR/no_cuda" ]; then echo "torch CUDA None GPUs 0"; exit 1; fi\n'
+NO_CUDA = '\nif [ "$1" = "-c" ] && [[ "$2" == *torch* ]] && [ -e "$STUB_DIR/no_cuda" ]; then echo "torch CUDA None GPUs 0"; exit 1; fi\n'
 
 
 def offer(cloud, instance_type, gpu):
@@ -47,9 +46,7 @@ def image(tmp_path, smi: str | None, no_cuda=False):
 
 def python_with_cuda_probe(tmp_path):
     # the node fixture has written bin/python3: the same stub, whose `python -c` fails on request
-    (tmp_path / "bin" / "python3").write_text(
-        STUB.replace("$STUB_LOG", str(tmp_path / "calls.log")).replace("$STUB_DIR", str(tmp_path))
-        + NO_CUDA.replace("$STUB_DIR", str(tmp_path)))
+    (tmp_path / "bin" / "python3").write_text(stub(STUB, tmp_path) + stub(NO_CUDA, tmp_path))
 
 
 GENERATIONS = [
@@ -73,11 +70,14 @@ def test_each_generation_installs_its_wheels_and_passes_the_check(node, tmp_path
     image(tmp_path, smi)
     rc, calls, node_dir, out = node(startup_script(cfg, is_head=True))
     assert rc == 0, out
-    pips = [c.split(" [auth=")[0] for c in calls if c.startswith("python -m pip install")]
-    assert pips[0] == f"python -m pip install --index-url https://download.pytorch.org/whl/{index} torch=={TORCH}"
-    assert "torch" not in shlex.split(pips[1])  # the rest from the default index, torch not again
+    torch, rest = uv_calls(calls)
+    assert torch[5:] == ["--index-url", "https://pypi.org/simple",  # searched second: what torch's index lacks
+                         "--extra-index-url", f"https://download.pytorch.org/whl/{index}", f"torch=={TORCH}"]
+    assert "torch" not in rest and rest[5:9] == ["--index-url", "https://pypi.org/simple",  # the rest from PyPI,
+                                                 "--constraint", f"{node_dir}/constraints.txt"]  # torch held
+    assert (node_dir / "constraints.txt").read_text() == f"torch=={TORCH}\n"
     probe = next(i for i, c in enumerate(calls) if c.startswith("python -c import sys, torch"))
-    assert probe > calls.index(next(c for c in calls if c.startswith("python -m pip install --index-url")))
+    assert probe > max(i for i, c in enumerate(calls) if c.startswith("uv pip install"))
     assert f"sys.exit(0 if n >= {count} else 1)" in calls[probe]
     assert (node_dir / "ready").exists() and "nvidia-smi: " in (node_dir / "boot.log").read_text()
 
@@ -87,9 +87,9 @@ def test_a_pinned_old_torch_comes_from_its_index_and_is_not_reinstalled(node, tm
     cfg = cfg_for(offer("gcp", "n1-standard-8", "T4"), requirements=["torch<=1.12", "einops==0.8.0"])
     rc, calls, _, out = node(startup_script(cfg, is_head=True))
     assert rc == 0, out
-    pips = [shlex.split(c.split(" [auth=")[0]) for c in calls if c.startswith("python -m pip install")]
-    assert pips[0][4:] == ["--index-url", "https://download.pytorch.org/whl/cu113", "torch<=1.12,==1.12.*"]
-    assert pips[1][4:] == ["ray[default,train]==2.60.0", "scikit-learn", "numpy", "einops==0.8.0"]
+    torch, rest = uv_calls(calls)
+    assert torch[7:] == ["--extra-index-url", "https://download.pytorch.org/whl/cu113", "torch<=1.12,==1.12.*"]
+    assert rest[9:] == ["ray[default,train]==2.60.0", "scikit-learn", "numpy", "einops==0.8.0"]
 
 
 def test_a_cpu_offer_gets_cpu_wheels_and_no_gpu_check(node, tmp_path):
@@ -99,8 +99,8 @@ def test_a_cpu_offer_gets_cpu_wheels_and_no_gpu_check(node, tmp_path):
     assert "nvidia-smi" not in script and "torch.cuda" not in script
     rc, calls, node_dir, out = node(script)
     assert rc == 0, out
-    pip = next(c for c in calls if c.startswith("python -m pip install")).split(" [auth=")[0]
-    assert pip == f"python -m pip install --index-url https://download.pytorch.org/whl/cpu torch=={TORCH}"
+    torch = uv_calls(calls)[0]
+    assert torch[7:] == ["--extra-index-url", "https://download.pytorch.org/whl/cpu", f"torch=={TORCH}"]
 
 
 T4 = ("aws", "g4dn.xlarge", "T4")
@@ -118,7 +118,7 @@ def test_no_usable_gpu_fails_the_boot_before_ray_with_the_reason(node, tmp_path,
     rc, calls, node_dir, out = node(startup_script(cfg_for(offer(*T4)), is_head=True))
     assert rc != 0
     assert (node_dir / "failed").read_text().startswith(reason), (node_dir / "failed").read_text()
-    assert not [c for c in calls if "pip install" in c or "ray.scripts.scripts" in c]  # failed before both
+    assert not [c for c in calls if c.startswith(("python - ", "uv ")) or "ray.scripts.scripts" in c]  # before all
     assert not (node_dir / "ready").exists()
 
 

@@ -1,31 +1,66 @@
 """infra/vm/bootstrap.py: the start-up script, run for real by bash — as cloud-init runs it (no HOME,
-`env -i` with only a PATH, cwd /) — against a stub `python3` that records its calls.
+`env -i` with only a PATH, cwd /) — against stand-ins for the image's `python3` and for uv that record
+their calls. (tests/test_boot_stock_image.py runs the real install phase in a real stock Debian root.)
 
-The stub stands in for the image's interpreter: `python3 -m venv DIR` makes DIR/bin/python (the same
-stub), `python -m pip ...` succeeds unless told to fail, `python -m ray.scripts.scripts start ...`
-fails as often as a test says (a worker joining before the head is up).
+The `python3` stand-in: `python3 -c ...` (the version check) succeeds, `python3 - INDEX DEST ...` (the uv
+fetch, get_uv.py on stdin) puts the uv stand-in at DEST/uv or prints a reason and fails when told to, and
+`python -m ray.scripts.scripts start ...` fails as often as a test says (a worker joining before the head is
+up). The uv stand-in: `uv --version` answers the pinned version, `uv venv ... DIR` makes DIR/bin/python
+(the python3 stand-in), `uv pip install ...` succeeds unless told to fail, then with uv's own words for a
+package the index lacks. What they do not reproduce: downloads, hashes, resolution (see the stock test).
 """
 from __future__ import annotations
 
 import shlex
 import subprocess
+import sys
+import time
 
 import pytest
 
 from infra.base import BootstrapConfig
-from infra.vm.bootstrap import WATCHDOG, startup_script
+from infra.vm.bootstrap import JOIN_RETRY_S, REJOIN_ATTEMPTS, UV_VERSION, WATCHDOG, startup_script
 
 STUB = r"""#!/bin/bash
 echo "python $* [auth=${RAY_AUTH_MODE:-none} token=$(cat "${RAY_AUTH_TOKEN_PATH:-/dev/null}" 2>/dev/null)]" >> "$STUB_LOG"
-if [ "$1 $2" = "-m venv" ]; then
-  mkdir -p "$4/bin" && cp "$0" "$4/bin/python"; exit 0
+if [ "$1" = "-" ]; then
+  cat > /dev/null
+  if [ -e "$STUB_DIR/uv_fails" ]; then cat "$STUB_DIR/uv_fails"; exit 1; fi
+  mkdir -p "$3" && cp "$STUB_DIR/bin/uv.stub" "$3/uv" && chmod +x "$3/uv"; exit 0
 fi
-if [ "$1 $2" = "-m pip" ] && [ -e "$STUB_DIR/pip_fails" ]; then echo "ERROR: No matching distribution"; exit 1; fi
+if [ "$1" = "-c" ] && [ -e "$STUB_DIR/old_python" ]; then  # the image's python3 is 3.8
+  case "$2" in *print*) echo 3.8; exit 0;; *version_info*) exit 1;; esac
+fi
 if [ "$1 $2 $3" = "-m ray.scripts.scripts start" ] && [ -e "$STUB_DIR/fails" ]; then
   left=$(cat "$STUB_DIR/fails")
   if [ "$left" -gt 0 ]; then echo $((left - 1)) > "$STUB_DIR/fails"; exit 1; fi
 fi
 """
+
+UV_STUB = r"""#!/bin/bash
+{ printf 'uv'; printf ' %q' "$@"; echo " [index=${UV_DEFAULT_INDEX:-}]"; } >> "$STUB_LOG"  # arguments as bash quotes them
+case "$1" in
+  --version) echo "uv $UV_VERSION (stub)";;
+  venv) dir="${!#}"; mkdir -p "$dir/bin" && cp "$STUB_DIR/bin/python3" "$dir/bin/python";;
+  pip)
+    if [ -e "$STUB_DIR/pip_fails" ]; then
+      echo "  x No solution found when resolving dependencies:"
+      echo "  '-> Because $(cat "$STUB_DIR/pip_fails") was not found in the package registry and you require it, we can conclude that your requirements are unsatisfiable."
+      exit 1
+    fi;;
+esac
+exit 0
+"""
+
+
+def stub(text: str, tmp_path) -> str:
+    return (text.replace("$STUB_LOG", str(tmp_path / "calls.log")).replace("$STUB_DIR", str(tmp_path))
+            .replace("$UV_VERSION", UV_VERSION))
+
+
+def uv_calls(calls: list[str], what: str = "pip install") -> list[list[str]]:
+    """The uv commands of a run (arguments split, the recorded environment dropped)."""
+    return [shlex.split(c.split(" [index=")[0]) for c in calls if c.startswith(f"uv {what}")]
 
 
 @pytest.fixture
@@ -34,9 +69,9 @@ def node(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in ("python3", "sleep"):
-        (bin_dir / name).write_text(STUB.replace("$STUB_LOG", str(tmp_path / "calls.log"))
-                                    .replace("$STUB_DIR", str(tmp_path)))
+        (bin_dir / name).write_text(stub(STUB, tmp_path))
         (bin_dir / name).chmod(0o755)
+    (bin_dir / "uv.stub").write_text(stub(UV_STUB, tmp_path))
     # the watchdog would power the machine off: here `setsid` only records how it was started
     (bin_dir / "setsid").write_text(f'#!/bin/bash\necho "setsid $*" >> {tmp_path / "calls.log"}\n')
     (bin_dir / "setsid").chmod(0o755)
@@ -46,13 +81,17 @@ def node(tmp_path):
     (bin_dir / "getent").write_text(f'#!/bin/bash\n[ "$2" = ubuntu ] && echo "ubuntu:x:1000:1000::{home}:/bin/bash"\n')
     (bin_dir / "getent").chmod(0o755)
 
-    def run(script: str, ray_failures: int = 0, pip_fails: bool = False, token: str | None = "s3cret-token"):
+    def run(script: str, ray_failures: int = 0, pip_fails: str | None = None, token: str | None = "s3cret-token",
+            uv_fails: str | None = None):
         if token is not None:
             (home / ".dlrun-ray-token").write_text(token)  # what dlrun hands over through SSH
         if ray_failures:
             (tmp_path / "fails").write_text(str(ray_failures))
-        if pip_fails:
-            (tmp_path / "pip_fails").touch()
+        for name, value in (("pip_fails", pip_fails), ("uv_fails", uv_fails)):
+            if value is not None:
+                (tmp_path / name).write_text(value)
+            else:
+                (tmp_path / name).unlink(missing_ok=True)
         script = script.replace('"${DLRUN_NODE_DIR:-/var/lib/dlrun}"', shlex.quote(str(tmp_path / "node")))
         path = tmp_path / "boot.sh"
         path.write_text(script)
@@ -71,9 +110,14 @@ CFG = BootstrapConfig(ray_version="2.60.0", python_packages=["einops==0.8.0"])
 def test_head_installs_the_pinned_ray_into_a_venv_and_starts_the_head(node):
     rc, calls, node_dir, out = node(startup_script(CFG, is_head=True, cluster_id="c-1"))
     assert rc == 0, out
-    assert calls[1].startswith(f"python -m venv --system-site-packages {node_dir}/venv ")
-    pip = next(c for c in calls if c.startswith("python -m pip install")).split(" [auth=")[0]
-    assert shlex.split(pip)[4:] == ["ray[default,train]==2.60.0", "torch", "scikit-learn", "numpy", "einops==0.8.0"]
+    fetch = next(c for c in calls if c.startswith("python - "))  # get_uv.py, from PyPI for this arch
+    assert fetch.split()[2:4] == ["https://pypi.org/simple", f"{node_dir}/bin"]
+    assert uv_calls(calls, "venv") == [["uv", "venv", "--system-site-packages", "--python",
+                                        f"{node_dir.parent}/bin/python3", f"{node_dir}/venv"]]  # the image's python3
+    (pip,) = uv_calls(calls)
+    assert pip[:7] == ["uv", "pip", "install", "--python", f"{node_dir}/venv/bin/python", "--index-url",
+                       "https://pypi.org/simple"]
+    assert pip[7:] == ["ray[default,train]==2.60.0", "torch", "scikit-learn", "numpy", "einops==0.8.0"]
     (start,) = [c for c in calls if "ray.scripts.scripts" in c]
     assert "start --head" in start and "--port=6379 --dashboard-host=127.0.0.1 --dashboard-port=8265" in start
     assert start.endswith("[auth=token token=s3cret-token]")  # Ray starts with token auth, the token handed over
@@ -89,7 +133,7 @@ def test_the_watchdog_starts_first_with_the_limits(node):
     assert rc == 0, out
     (watchdog,) = [c for c in calls if c.startswith("setsid")]
     assert watchdog == f"setsid nohup bash {node_dir}/watchdog.sh 120 7200 ubuntu {node_dir}/self-end.sh"
-    assert calls.index(watchdog) < next(i for i, c in enumerate(calls) if "pip install" in c)
+    assert calls.index(watchdog) < next(i for i, c in enumerate(calls) if c.startswith("python - "))
     assert "shutdown -h now" in (node_dir / "watchdog.sh").read_text()
 
 
@@ -121,11 +165,59 @@ def test_worker_gives_up_when_the_head_never_answers(node, monkeypatch):
     assert "could not join the head at 10.0.0.5" in (node_dir / "failed").read_text()
 
 
-def test_a_failed_install_is_reported_in_the_failed_marker_and_the_log(node):
-    rc, _, node_dir, _ = node(startup_script(CFG, is_head=True), pip_fails=True)
+def test_a_package_the_index_lacks_is_named_in_the_failed_marker_and_the_log(node):
+    rc, _, node_dir, _ = node(startup_script(CFG, is_head=True), pip_fails="einops")
     assert rc != 0 and not (node_dir / "ready").exists()
-    assert "pip could not install" in (node_dir / "failed").read_text()
-    assert "No matching distribution" in (node_dir / "boot.log").read_text()
+    assert (node_dir / "failed").read_text() == (
+        "package einops not found on https://pypi.org/simple (installing ray[default,train]==2.60.0 torch "
+        "scikit-learn numpy einops==0.8.0)\n")
+    assert "einops was not found in the package registry" in (node_dir / "boot.log").read_text()
+
+
+def test_any_other_install_failure_carries_uv_s_last_words(node):
+    rc, _, node_dir, _ = node(startup_script(CFG, is_head=True), pip_fails="")  # "Because  was not found"
+    failed = (node_dir / "failed").read_text()
+    assert rc != 0 and failed.startswith("could not install ray[default,train]==2.60.0 torch scikit-learn numpy "
+                                         "einops==0.8.0 from https://pypi.org/simple: ")
+    assert "No solution found when resolving dependencies" in failed
+
+
+def test_no_uv_no_venv_no_install_reports_why(node):
+    rc, calls, node_dir, _ = node(startup_script(CFG, is_head=True),
+                                  uv_fails="package index unreachable: https://pypi.org/simple/uv/ (timed out)")
+    assert rc != 0 and not uv_calls(calls, "") and not [c for c in calls if "ray.scripts" in c]
+    assert (node_dir / "failed").read_text() == "package index unreachable: https://pypi.org/simple/uv/ (timed out)\n"
+
+
+def test_a_mirror_is_where_uv_and_every_package_come_from_and_what_jobs_get(node):
+    cfg = BootstrapConfig(ray_version="2.60.0", pip_index_url="http://10.1.2.3:3141/root/pypi/+simple")
+    rc, calls, node_dir, out = node(startup_script(cfg, is_head=True))
+    assert rc == 0, out
+    assert next(c for c in calls if c.startswith("python - ")).split()[2] == "http://10.1.2.3:3141/root/pypi/+simple"
+    (pip,) = uv_calls(calls)
+    assert pip[5:7] == ["--index-url", "http://10.1.2.3:3141/root/pypi/+simple"]
+    (start,) = [c for c in calls if "ray.scripts.scripts start" in c]
+    # Ray (and so a job's runtime_env pip or uv) inherits the index; recorded by the uv stand-in's env
+    assert "export PIP_INDEX_URL=\"$PIP_INDEX\" UV_DEFAULT_INDEX=\"$PIP_INDEX\"" in startup_script(cfg, is_head=True)
+
+
+def test_uv_already_on_this_disk_is_not_fetched_again(node):
+    script = startup_script(CFG, is_head=True)
+    assert node(script)[0] == 0
+    rc, calls, node_dir, out = node(script)
+    assert rc == 0, out
+    assert len([c for c in calls if c.startswith("python - ")]) == 1  # fetched at the first boot only
+    assert len(uv_calls(calls, "venv")) == 1  # the venv is kept too
+
+
+def test_the_script_fits_aws_user_data():
+    """EC2 takes at most 16 KB of user-data (before base64): RunInstances' UserData parameter."""
+    cfg = BootstrapConfig(ray_version="2.60.0", python_packages=[f"package-{i}==1.0" for i in range(20)],
+                          torch_requirement="torch==2.13.0", torch_index_url="https://download.pytorch.org/whl/cu130",
+                          gpu_count=8, gpu_memory_gb=80, pip_index_url="https://pypi.example.internal/simple",
+                          self_end="curl -s -X DELETE http://metadata/x")
+    for script in (startup_script(cfg, is_head=True), startup_script(cfg, is_head=False, head_ip="10.0.0.5")):
+        assert len(script.encode()) < 16 * 1024
 
 
 def test_hostile_values_stay_single_arguments_and_run_nothing(node, tmp_path):
@@ -134,8 +226,8 @@ def test_hostile_values_stay_single_arguments_and_run_nothing(node, tmp_path):
     cfg = BootstrapConfig(ray_version="2.60.0", python_packages=[nasty])
     rc, calls, node_dir, out = node(startup_script(cfg, is_head=True, cluster_id=f"x'; touch {marker}; '"))
     assert rc == 0 and not marker.exists(), out
-    pip = next(c for c in calls if c.startswith("python -m pip install"))
-    assert pip.split(" [auth=")[0].endswith(nasty)
+    (pip,) = uv_calls(calls)
+    assert pip[-1] == nasty
     assert (node_dir / "cluster").read_text() == f"x'; touch {marker}; '\n"
 
 
@@ -167,3 +259,115 @@ def test_the_watchdog_checks_at_a_tenth_of_its_idle_limit_and_powers_off(tmp_pat
     assert (tmp_path / "off").read_text().strip() == "shutdown -h now dlrun watchdog"
     silent = int(out.stdout.split("no heartbeat from dlrun for ")[1].split("s")[0])
     assert 3 <= silent <= 4, out.stdout
+
+
+# --- a second run of the script on the same disk: GCE restarts a VM after a host event -------------------
+
+def test_a_restarted_head_starts_ray_again_with_the_token_of_its_first_boot(node):
+    script = startup_script(CFG, is_head=True)
+    assert node(script)[0] == 0
+    started = time.monotonic()
+    rc, calls, node_dir, out = node(script, token=None)  # dlrun hands nothing over a second time
+    assert rc == 0, out
+    assert time.monotonic() - started < 10  # never the 30-minute token wait (TOKEN_WAIT_S is left as it is)
+    starts = [c for c in calls if "ray.scripts.scripts start --head" in c]
+    assert len(starts) == 2 and starts[1].endswith("[auth=token token=s3cret-token]")
+    assert (node_dir / "ready").exists() and (node_dir / "boots").read_text() == "2\n"
+    assert "a restart; rejoining with that token" in (node_dir / "boot.log").read_text()
+
+
+def test_a_restarted_worker_rejoins_the_head_at_once(node):
+    script = startup_script(CFG, is_head=False, head_ip="10.0.0.5")
+    assert node(script)[0] == 0
+    rc, calls, node_dir, out = node(script, token=None, ray_failures=1)
+    assert rc == 0, out
+    assert len([c for c in calls if "--address=10.0.0.5:6379" in c]) == 3  # 1 at first boot, 2 now
+    assert (node_dir / "ready").exists()
+
+
+def test_a_restarted_worker_whose_head_is_gone_reports_failed_within_a_minute(node):
+    script = startup_script(CFG, is_head=False, head_ip="10.0.0.5")
+    assert node(script)[0] == 0
+    rc, calls, node_dir, _ = node(script, token=None, ray_failures=99)
+    assert rc != 0 and not (node_dir / "ready").exists()
+    assert len([c for c in calls if "--address=10.0.0.5:6379" in c]) == 1 + REJOIN_ATTEMPTS
+    assert REJOIN_ATTEMPTS * JOIN_RETRY_S <= 60
+    assert (node_dir / "failed").read_text() == (
+        f"could not join the head at 10.0.0.5 in {REJOIN_ATTEMPTS} tries (a restart: boot 2 of this disk)\n")
+
+
+def test_a_restart_before_the_token_arrived_still_waits_for_it(node, monkeypatch):
+    """The first boot ended (the VM restarted) before dlrun could hand the token over: dlrun, still waiting
+    for the node, hands it over now; a disk without a token is a first boot."""
+    monkeypatch.setattr("infra.vm.bootstrap.TOKEN_WAIT_S", 2)
+    script = startup_script(CFG, is_head=True)
+    assert node(script, token=None)[0] != 0
+    rc, _, node_dir, out = node(script)
+    assert rc == 0 and not (node_dir / "failed").exists(), out
+
+
+# --- what the image lacks -----------------------------------------------------------------------------
+
+def test_an_image_without_python3_fails_at_once_saying_so(node, tmp_path):
+    """PATH holds only the tools a stock image has, python3 left out."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in ("mkdir", "chmod", "rm", "tee", "cat", "date", "cut", "bash", "seq", "sleep", "touch"):
+        found = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+        (tools / tool).symlink_to(found)
+    (tmp_path / "bin" / "python3").unlink()
+    script = startup_script(CFG, is_head=True).replace("set -uo pipefail", f"set -uo pipefail\nPATH={tools}:{tmp_path}/bin")
+    rc, calls, node_dir, out = node(script)
+    assert rc != 0 and not uv_calls(calls, ""), out
+    assert (node_dir / "failed").read_text() == "this image has no python3 (dlrun needs python3 >= 3.10 on the image)\n"
+
+
+def test_a_python3_older_than_ray_needs_fails_at_once_saying_so(node, tmp_path):
+    (tmp_path / "old_python").touch()
+    rc, calls, node_dir, _ = node(startup_script(CFG, is_head=True))
+    assert rc != 0 and not [c for c in calls if c.startswith("python - ")]
+    failed = (node_dir / "failed").read_text()
+    assert failed.startswith("this image's python3 is 3.8 (") and failed.endswith("); dlrun needs python3 >= 3.10\n")
+
+
+def _get_uv(*args):
+    from infra.vm.bootstrap import GET_UV
+
+    return subprocess.run([sys.executable, "-", *map(str, args)], input=GET_UV, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_get_uv_names_an_architecture_dlrun_has_no_wheel_for(tmp_path):
+    from infra.vm.bootstrap import UV_WHEELS
+
+    pins = [f"{arch}={name}={sha}" for arch, (name, sha) in UV_WHEELS.items()]
+    proc = _get_uv("http://127.0.0.1:9/simple", tmp_path, "riscv64", UV_VERSION, *pins)
+    assert proc.returncode == 1 and not (tmp_path / "uv").exists()
+    assert proc.stdout.strip() == f"no uv wheel for this machine's architecture riscv64 (dlrun pins uv {UV_VERSION} for aarch64, x86_64)"
+
+
+def test_get_uv_names_an_index_without_the_pinned_wheel(tmp_path):
+    """A PEP 503 page for uv that lists other files only (an older uv, say): the index answers, the wheel is
+    not there. Served by http.server from a directory."""
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "idx" / "simple" / "uv").mkdir(parents=True)
+    (tmp_path / "idx" / "simple" / "uv" / "index.html").write_text(
+        '<a href="/f/uv-0.1.0-py3-none-manylinux_2_17_x86_64.whl#sha256=00">uv-0.1.0</a>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "idx"))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        proc = _get_uv(base, tmp_path / "bin", "x86_64", UV_VERSION, "x86_64=uv-9-x86_64.whl=" + "a" * 64)
+        missing = _get_uv(base.replace("/simple", "/nothing-here"), tmp_path / "bin", "x86_64", UV_VERSION,
+                          "x86_64=uv-9-x86_64.whl=" + "a" * 64)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 1
+    assert proc.stdout.strip() == f"no uv wheel for x86_64 on the package index: {base}/uv/ lists no uv-9-x86_64.whl (uv {UV_VERSION})"
+    assert missing.returncode == 1 and missing.stdout.startswith("the package index ") and "answered HTTP 404" in missing.stdout

@@ -19,14 +19,16 @@ def is_torch(requirement: str) -> bool:
     return name.strip().lower() == "torch"
 
 
-def torch_install(cfg: BootstrapConfig, pip: str) -> list[str]:
-    """The pip command that installs the planned torch (nothing when no torch is planned)."""
-    if not cfg.torch_requirement:
+def torch_install(cfg: BootstrapConfig) -> list[str]:
+    """The boot script's install of the planned torch (nothing when no torch is planned: then plain `torch`
+    comes with the other packages from the PyPI index). The torch index is searched first and PyPI's
+    second (uv: an --extra-index-url before the --index-url; per package the first index that has it), so
+    torch and what its index hosts come from there (download.pytorch.org hosts all of torch's
+    dependencies) and a mirror that holds only torch's own wheels still works."""
+    if not (cfg.torch_requirement and cfg.torch_index_url):
         return []
-    req = shlex.quote(cfg.torch_requirement)
-    index = f" --index-url {shlex.quote(cfg.torch_index_url)}" if cfg.torch_index_url else ""
-    what = f"{cfg.torch_requirement} from {cfg.torch_index_url or 'the default index'}"
-    return [f"{pip} install{index} {req} || fail {shlex.quote('pip could not install ' + what)}"]
+    req, index = shlex.quote(cfg.torch_requirement), shlex.quote(cfg.torch_index_url)
+    return [f'uv_install {req} {index} --index-url "$PIP_INDEX" --extra-index-url {index} {req}']
 
 
 def nvidia_smi_check(cfg: BootstrapConfig) -> list[str]:

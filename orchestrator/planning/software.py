@@ -90,13 +90,54 @@ def boot_settings(spec, offer: Offer) -> dict:
 
     mirrors = load_settings().mirrors
     gpus = {"gpu_count": offer.accelerator_count if offer.accelerator else 0, "gpu_memory_gb": offer.gpu_memory_gb,
-            "pip_index_url": mirrors.get("pypi", ""), "apt_mirror": mirrors.get("apt", "")}
+            "pip_index_url": mirrors.get("pypi", "")}
     try:
         plan = software_for(spec, offer)
     except sw.Unsupported:  # the planner excluded it; a forced launch still checks the GPU
-        return gpus
+        return {**gpus, "root_volume_gb": root_volume_gb(spec, offer, None)}
     return {**gpus, "torch_requirement": plan.torch_requirement,
-            "torch_index_url": mirrored_wheel_index(plan.index_url, mirrors.get("torch", ""))}
+            "torch_index_url": mirrored_wheel_index(plan.index_url, mirrors.get("torch", "")),
+            "root_volume_gb": root_volume_gb(spec, offer, plan)}
+
+
+# --- the root volume -------------------------------------------------------------------------------
+# What a node's root disk holds, in GB. Image: Canonical's Ubuntu 22.04 AMI / GCE image use about 2-3 GB of
+# their 8 GiB / 10 GB default disk [unverified: measure with df on a fresh VM]; a deep-learning image
+# carries several CUDA toolkits (the AWS base OSS driver AMI lists four CUDA stacks) [unverified; the
+# providers take the larger of this size and the image's own disk size]. The venv, measured or summed
+# from PyPI: Ray[default,train] 2.60 + torch 2.13 CPU + scikit-learn + numpy installed by the boot script into
+# a stock Debian 12 root is 1.5 GB (2026-11-26; torch alone 754 MB); a CUDA torch downloads ~2.5 GB (PyPI, 2026-11-26: torch 2.15.0
+# manylinux x86_64 539 MB, triton 286 MB, nvidia-cudnn-cu13 517 MB, -nccl 305 MB, -nvshmem 182 MB,
+# -cusparselt 170 MB, plus cuBLAS) and about twice that installed. SCRATCH: checkpoints written on the node
+# before they are uploaded, Ray's session logs and object spilling under /tmp/ray; the job's other
+# packages. Ray refuses new objects on a disk more than 95% full (local_fs_capacity_threshold), so a
+# tenth stays free. Bucket data inputs cannot be sized at plan time (that needs the cloud's API) and are
+# left to SCRATCH; local directories are counted (a node syncs them onto its disk).
+IMAGE_USED_GB = {"cpu": 3.0, "gpu": 40.0}
+VENV_GB = {"ray": 1.0, "cpu torch": 1.0, "cuda torch": 7.0}
+SCRATCH_GB = 10.0
+FREE_SHARE = 0.10
+# the floor: a CPU job with nothing else needs ~17 GB by the sums above; gp3 / pd-balanced cost about
+# $0.08-0.10 per GB-month, so 20 GB is $0.002-0.003 an hour, little next to the cheapest node
+ROOT_FLOOR_GB = 20
+
+
+def root_volume_gb(spec, offer: Offer, plan: "sw.SoftwarePlan | None") -> int:
+    """The root disk a cloud node of `offer` needs for this job: image + venv + local data + scratch, a
+    tenth free, at least ROOT_FLOOR_GB (whole GB). The providers use it where it is more than the image's
+    own disk size."""
+    import math
+
+    from orchestrator.planning.data_inputs import local_bytes
+
+    gpu = bool(offer.accelerator) or bool(plan and plan.cuda)
+    torch = "cuda torch" if (plan.cuda if plan else gpu) else "cpu torch"
+    try:
+        data_gb = local_bytes(list(spec.data)) / 1e9
+    except OSError:  # a directory that went away: the upload will say so
+        data_gb = 0.0
+    need = IMAGE_USED_GB["gpu" if gpu else "cpu"] + VENV_GB["ray"] + VENV_GB[torch] + data_gb + SCRATCH_GB
+    return max(ROOT_FLOOR_GB, math.ceil(need / (1 - FREE_SHARE)))
 
 
 def mirrored_wheel_index(index_url: str | None, mirror: str) -> str | None:

@@ -180,3 +180,59 @@ def test_this_machines_old_gpu_needs_a_torch_that_still_supports_it():
     assert exclusion_reason(spec(), local("K80")).startswith("K80 (sm_37): no torch 2.")
     assert exclusion_reason(spec(requirements=["torch==1.12.1"]), local("K80")) is None
     assert exclusion_reason(spec(), local("T4")) is None
+
+
+# --- what a cloud node's boot gets: mirrors and the root volume ---------------------------------------
+
+def _offer(cloud, instance_type, gpu=None):
+    return next(o for o in load_offers() if o.cloud == cloud and o.instance_type == instance_type
+                and o.accelerator == gpu)
+
+
+def _spec(**extra):
+    return parse_job(yaml.safe_dump({"name": "t", "job": "cnn", **extra}))
+
+
+def test_mirrors_from_config_reach_the_boot(tmp_path, monkeypatch):
+    from orchestrator.planning.software import boot_settings
+
+    (tmp_path / "home").mkdir(exist_ok=True)
+    monkeypatch.setenv("DLRUN_HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "config.yaml").write_text(
+        "mirrors:\n  pypi: http://10.0.0.9:8080/simple/\n  torch: http://10.0.0.9:8080/whl\n")
+    got = boot_settings(_spec(), _offer("aws", "g4dn.xlarge", "T4"))
+    assert got["pip_index_url"] == "http://10.0.0.9:8080/simple"
+    assert got["torch_index_url"] == "http://10.0.0.9:8080/whl/cu130"  # download.pytorch.org/whl/cu130, mirrored
+    assert "apt_mirror" not in got
+
+
+@pytest.mark.parametrize("text,message", [
+    ("mirrors:\n  apt: http://apt.example/ubuntu\n", "mirrors: unknown key apt; known: pypi, torch"),
+    ("mirrors:\n  pypi: pypi.example/simple\n", "mirrors.pypi: expected a URL"),
+    ("mirrors:\n  pypi: https://me:s3cret@pypi.example/simple\n", "mirrors.pypi: the URL carries credentials"),
+])
+def test_bad_mirror_settings_say_what_to_fix(tmp_path, monkeypatch, text, message):
+    from orchestrator.config import load_settings
+    from orchestrator.errors import UsageError
+
+    (tmp_path / "home").mkdir(exist_ok=True)
+    monkeypatch.setenv("DLRUN_HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "config.yaml").write_text(text)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        load_settings()
+
+
+def test_the_root_volume_is_sized_from_the_plan(tmp_path):
+    from orchestrator.planning import software as s
+
+    cpu, gpu = _offer("aws", "c7i.large"), _offer("aws", "g4dn.xlarge", "T4")
+    assert s.boot_settings(_spec(), cpu)["root_volume_gb"] == s.ROOT_FLOOR_GB  # 3 + 1 + 1 + 10 = 15 GB: the floor
+    cuda = s.boot_settings(_spec(), gpu)["root_volume_gb"]
+    assert cuda == 65 and cuda > 8  # 40 + 1 + 7 + 10 = 58 GB, a tenth free; Canonical's AMI default is 8 GiB
+    data = tmp_path / "data"
+    data.mkdir()
+    with open(data / "big.bin", "wb") as f:
+        f.truncate(30 * 10**9)  # 30 GB, sparse: a local data input the node syncs onto its disk
+    job = _spec(data=[str(data)])
+    assert s.boot_settings(job, cpu)["root_volume_gb"] == 50  # (15 + 30) / 0.9
+    assert s.boot_settings(job, gpu)["root_volume_gb"] == 98  # (58 + 30) / 0.9, rounded up
