@@ -41,11 +41,22 @@ def vm_support_problem() -> str | None:
     return None
 
 
-@pytest.fixture
-def vm_lab():
+def lab_cache() -> dict:
+    """The lab's Debian root and wheel cache, built / downloaded once per machine (file locks) and at most
+    once per session (the session fixture `vm_lab_cache` in tests/conftest.py calls this); {"image": path,
+    "wheels": path, "built": [...], "downloaded": [...]} where the last two say what this session had to
+    make (with seconds), for the record. Skips the test, saying why, where the lab cannot run."""
     problem = vm_support_problem()
     if problem:
         pytest.skip(problem)
+    from . import package_index, rootfs
+
+    return {"image": rootfs.stock_root(), "wheels": package_index.wheel_dir(),
+            "built": rootfs.build_log, "downloaded": package_index.download_log}
+
+
+@pytest.fixture
+def vm_lab(vm_lab_cache):  # (vm_lab_cache: tests/conftest.py)
     lab = VmLab()
     try:
         lab.open()

@@ -10,7 +10,7 @@ What it stands for, for a lab VM (which has no route off this machine):
   wheel depends on. The lab has no GPU: every index (cpu, cu126, cu128, cu130, ...) serves the same CPU
   wheel, where the real CUDA indexes serve CUDA builds of several GB.
 The files are what pip downloads for CPython 3.11 on manylinux x86_64 (Debian 12's python3 is 3.11):
-uv (whose wheel carries uv's standalone binary), ray[default,train] at the client's Ray, torch's CPU
+uv at the version dlrun's boot pins (its wheel carries uv's standalone binary), ray[default,train] at the client's Ray, torch's CPU
 wheel at the client's torch, scikit-learn, numpy, pip, setuptools, wheel and the node storage clients
 (infra/buckets.py NODE_CLIENTS at the client's versions), with all their dependencies: one consistent
 set, so a VM resolves the same versions each time.
@@ -70,11 +70,12 @@ def _version(dist: str, default: str) -> str:
 def requirements() -> list[str]:
     """What a lab VM may install: what dlrun's boot asks for, at the versions the client runs."""
     from infra.buckets import NODE_CLIENTS
+    from infra.vm.bootstrap import UV_VERSION  # the boot script pins uv's wheel (name and sha256)
 
     ray = _version("ray", "2.60.0")
     torch = _version("torch", "2.13.0").split("+")[0]
     clients = [f"{name}=={_version(name, '')}".rstrip("=") for name in sorted(NODE_CLIENTS.values())]
-    return ["uv", f"ray[default,train]=={ray}", f"torch=={torch}+cpu", "scikit-learn", "numpy", "pip",
+    return [f"uv=={UV_VERSION}", f"ray[default,train]=={ray}", f"torch=={torch}+cpu", "scikit-learn", "numpy", "pip",
             "setuptools", "wheel", *clients]
 
 
