@@ -21,8 +21,8 @@ import yaml
 from .lab import VmLab
 from .rootfs import mmdebstrap_problem, stock_inputs_cached
 
-APT_PACKAGES = "openssh-client iproute2 util-linux mmdebstrap"
-TOOLS = ("ssh", "ssh-keygen", "ip", "unshare", "nsenter", "setpriv")
+APT_PACKAGES = "openssh-client iproute2 util-linux mount e2fsprogs mmdebstrap"
+TOOLS = ("ssh", "ssh-keygen", "ip", "unshare", "nsenter", "setpriv", "mount", "mkfs.ext4")
 
 
 def vm_support_problem() -> str | None:
