@@ -87,6 +87,10 @@ def _reachable(url: str, timeout: float = 5) -> bool:
         return False
 
 
+def pypi_reachable() -> bool:
+    return _reachable("https://pypi.org/simple/uv/")
+
+
 def wheel_dir() -> Path:
     """The wheel cache for this client's requirements, downloaded now if missing."""
     inputs = {"requirements": requirements(), "python": PYTHON_VERSION, "platforms": list(PLATFORMS)}
