@@ -364,6 +364,38 @@ def test_deep_learning_image_has_the_driver_and_cuda_but_no_gpu(vm_lab):
     assert vm.run("readlink /usr/local/cuda; python3 -c 'import torch'").stdout.strip() == "cuda-13.0"
 
 
+RESTART_SCRIPT = """#!/bin/bash
+mkdir -p /var/lib/dlrun
+echo "$0" >> /var/lib/dlrun/runs
+case "$0" in /var/lib/cloud/instance/scripts/*) install -D -m 700 "$0" /var/lib/cloud/scripts/per-boot/again.sh;; esac
+"""
+
+
+def test_a_restarted_vm_keeps_its_disk_and_runs_what_its_cloud_runs_at_every_boot(vm_lab):
+    """A reboot / host event restart (lab.restart): the disk stays, /tmp is emptied, the processes are
+    new; cloud-init (EC2) does not run user data again but runs its per-boot scripts, GCE's guest agent
+    runs the startup script again."""
+    vms = {runner: vm_lab.boot(VmSpec(f"restart-{i}", f"10.99.2.{i + 2}", None, "ubuntu", [],
+                                      boot_script=RESTART_SCRIPT.encode(), script_runner=runner))
+           for i, runner in enumerate(("cloud-init", "gce-startup-script"))}
+    for vm in vms.values():
+        vm.wait_for_console("exited with status 0")
+        vm.run("touch /tmp/scratch /var/lib/dlrun/kept", check=True)
+    first = {runner: (vm.pidns, vm.host_key) for runner, vm in vms.items()}
+    for runner, vm in vms.items():
+        assert vm_lab.restart(vm.instance_id) is vm and vm.boots == 2
+        wait_until(lambda: vm.console_log().count("exited with status 0") == 2, 30, "no second boot")
+        vm.wait_for_ssh()
+        assert vm.pidns != first[runner][0] and vm.host_key == first[runner][1]
+        assert vm.run("ls /tmp; ls /var/lib/dlrun").stdout.split() == ["kept", "runs"]
+    ec2_runs = vms["cloud-init"].run("cat /var/lib/dlrun/runs").stdout.split()
+    assert ec2_runs == ["/var/lib/cloud/instance/scripts/part-001", "/var/lib/cloud/scripts/per-boot/again.sh"]
+    gce_runs = vms["gce-startup-script"].run("cat /var/lib/dlrun/runs").stdout.split()
+    assert len(gce_runs) == 2 and all(r.startswith("/tmp/metadata-scripts") and r.endswith("/startup-script")
+                                      for r in gce_runs) and gce_runs[0] != gce_runs[1]
+    assert vm_lab.leftovers() == []
+
+
 RAY_SCRIPT = """#!/bin/bash
 # what dlrun's boot does on a stock image, in short: uv's binary from the index's uv wheel (checked
 # against the index's sha256), a venv made by uv, torch from the torch mirror, Ray from the PyPI mirror

@@ -206,6 +206,13 @@ class VmLab:
             self.vms[spec.instance_id] = vm  # last: a VM in lab.vms is fully booted and in the SSH files
             return vm
 
+    def restart(self, instance_id: str) -> Vm:
+        """What a reboot or a host event's restart does to the instance's VM (Vm.restart): same disk,
+        same addresses, every process started again by its boot. The calling thread must outlive the VM."""
+        with self._lock:
+            vm = self.vms[instance_id]
+            return vm.restart(self.images[vm.image], self.boot_timeout_s)
+
     def kill(self, instance_id: str) -> None:
         """What the cloud does to a terminated instance: every process dies, the VM's network and disk go."""
         with self._lock:
@@ -329,4 +336,5 @@ class _Gce(GceWatcher):
         params = boot[0].get("initializeParams") or {}
         spec.cloud_image = params.get("sourceImage", "")
         spec.disk_gb = _disk_gb(params.get("diskSizeGb") or 10)
+        spec.script_runner = "gce-startup-script"
         return spec

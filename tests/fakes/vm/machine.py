@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .image import Image
 from .power import MARKER
-from .vmfiles import vm_files
+from .vmfiles import USER_DATA, vm_files
 
 INIT = Path(__file__).with_name("vm_init.py")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -77,6 +77,9 @@ class VmSpec:
     metadata: object = None  # netns -> metadata.VmMetadata: the VM's 169.254.169.254 (EC2 VMs)
     cloud_image: str = ""  # what the cloud was asked to boot (AMI name, GCE source image): picks the lab image
     disk_gb: float = DEFAULT_DISK_GB  # the root volume's size (what the VM can write over its image)
+    # who runs boot_script: "cloud-init" (EC2 user data: once per instance, from USER_DATA) or
+    # "gce-startup-script" (GCE's guest agent: at every boot, from a fresh temporary file)
+    script_runner: str = "cloud-init"
 
     def __post_init__(self):
         self.hostname = self.hostname or "ip-" + self.private_ip.replace(".", "-")
@@ -98,6 +101,8 @@ class Vm:
     netns_id: str = ""  # 'net:[inode]'
     power_handled: str = ""  # what the cloud did once the guest powered off (see power.py)
     image: str = ""  # the lab image it booted (image.py)
+    boots: int = 0  # how many times it booted (restarts: Vm.restart)
+    _files: list = field(default_factory=list, repr=False)  # vmfiles.vm_files' entries, kept for restarts
     address: str = ""  # its lab address, always routed to it from here (net.py)
     routed: list[str] = field(default_factory=list)  # the addresses routed to it from here (lab address first)
     metadata: object = None  # its running metadata.VmMetadata, if its cloud gives it one
@@ -113,22 +118,28 @@ class Vm:
         return self._proc is not None and self._proc.poll() is None
 
     # ------------------------------------------------------------ boot / kill
-    def boot(self, image: Image, timeout_s: float = 30) -> "Vm":
+    def boot(self, image: Image, timeout_s: float = 30, *, first_boot: bool = True) -> "Vm":
+        """Starts the VM's init (vm_init.py) on `image`; a first boot makes the VM's files and disk, a later
+        one (restart) boots the disk as the last boot left it."""
         self.image = image.name
-        files, self.host_key = vm_files(
-            self.vm_dir, image, user=self.spec.user, hostname=self.spec.hostname,
-            private_ip=self.spec.private_ip, authorized_keys=self.spec.authorized_keys,
-            boot_script=self.spec.boot_script)
-        for d in ("root", "disk"):  # mount points: the VM's root overlay, its disk
-            (self.vm_dir / d).mkdir(parents=True)
         disk = self.vm_dir / "disk.img"
-        make_disk(disk, self.spec.disk_gb)
+        if first_boot:
+            self._files, self.host_key = vm_files(
+                self.vm_dir, image, user=self.spec.user, hostname=self.spec.hostname,
+                private_ip=self.spec.private_ip, authorized_keys=self.spec.authorized_keys,
+                boot_script=self.spec.boot_script, runner=self.spec.script_runner)
+            for d in ("root", "disk"):  # mount points: the VM's root overlay, its disk
+                (self.vm_dir / d).mkdir(parents=True)
+            make_disk(disk, self.spec.disk_gb)
+        self.boots += 1
+        gce_script = self.vm_dir / "files" / "startup-script"
         spec_path = self.vm_dir / "spec.json"
         spec_path.write_text(json.dumps({
             "vm_dir": str(self.vm_dir), "image": image.spec(), "disk_image": str(disk), "hostname": self.spec.hostname,
-            "files": files, "sshd_delay_s": self.spec.sshd_delay_s,
-            "boot_script": "/var/lib/cloud/instance/scripts/part-001" if self.spec.boot_script is not None
+            "files": self._files, "sshd_delay_s": self.spec.sshd_delay_s, "first_boot": first_boot,
+            "user_data": USER_DATA if self.spec.boot_script is not None and self.spec.script_runner == "cloud-init"
             else None,
+            "startup_script": str(gce_script) if gce_script.exists() else None,
             "console_log": str(self.console_path), "sshd_log": str(self.vm_dir / "sshd.log"),
             "init_log": str(self.vm_dir / "init.log")}, indent=1))
         self._proc = subprocess.Popen(
@@ -173,10 +184,21 @@ class Vm:
             time.sleep(0.01)
         raise VmBootError(f"no init process under unshare ({pid})")
 
+    def restart(self, image: Image, timeout_s: float = 30) -> "Vm":
+        """What a reboot or a host event's restart does to the machine: every process ends (at once: no
+        shutdown is emulated), the disk stays as it was, and the VM boots again from it (vm_init.py: cloud-
+        init's per-boot scripts run, EC2's user data does not run again, GCE's startup-script does). The
+        calling thread must outlive the VM, as for boot()."""
+        self._stop()
+        return self.boot(image, timeout_s, first_boot=False)
+
     def kill(self) -> None:
         """Terminates the VM: SIGKILL to its init kills every process in its PID namespace."""
         if self._console_after_death is None:
             self._console_after_death = self.console_log()
+        self._stop()
+
+    def _stop(self) -> None:
         for pid in (self.init_pid, self._proc.pid if self._proc else 0):
             if pid:
                 try:

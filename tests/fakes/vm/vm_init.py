@@ -20,6 +20,9 @@ What it builds, as a machine booting from its image would have it:
   lab's directories) are detached from this namespace, so nothing of them is reachable from the VM;
 - the VM's files (vmfiles.py: users, host key, sshd_config, hostname, hosts, user data) are written,
   the login user's home gets /etc/skel's files, the host name is set in the UTS namespace.
+- then the boot's scripts (run_boot_scripts): cloud-init's per-boot scripts, EC2 user data on the first
+  boot only, GCE's startup-script at every boot. A restart (machine.Vm.restart: SPEC.first_boot false)
+  mounts the same disk again, empties /tmp as systemd-tmpfiles does, and runs what a boot runs.
 It prints "ready" on stdout once done (or a traceback, then exits 1), then logs to SPEC.init_log (these
 logs and the console were opened before the pivot: the VM writes to them through those descriptors).
 
@@ -79,8 +82,8 @@ def mount_root(spec):
     if proc.returncode != 0:
         raise RuntimeError(f"mounting the VM's disk: {proc.stderr.strip()}")
     root, upper, work = f"{vm_dir}/root", f"{vm_dir}/disk/upper", f"{vm_dir}/disk/work"
-    os.mkdir(upper)
-    os.mkdir(work)
+    os.makedirs(upper, exist_ok=True)  # (a restart finds them on its disk)
+    os.makedirs(work, exist_ok=True)
     lower = ":".join(spec["image"]["layers"])
     mount("overlay", root, "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
     return root
@@ -141,18 +144,50 @@ def build_filesystem(spec, files):
     root = mount_root(spec)
     mount_system(root)
     pivot_into(root)
+    if not spec.get("first_boot", True):
+        for name in os.listdir("/tmp"):  # systemd-tmpfiles empties /tmp at boot (tmp.conf: D /tmp)
+            path = os.path.join("/tmp", name)
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
     write_files(files)
 
 
-def run_boot_script(path, console):
-    with open(path, "rb") as f:
-        head = f.readline()
-    if head.startswith(b"#cloud-config"):
-        os.write(console, b"[vm] user data is cloud-config: nothing to run\n")
-        return None
-    argv = [path] if head.startswith(b"#!") else ["bash", path]
-    return subprocess.Popen(argv, cwd="/", env={"PATH": PATH}, stdin=subprocess.DEVNULL,
-                            stdout=console, stderr=console, close_fds=True)
+PER_BOOT = "/var/lib/cloud/scripts/per-boot"
+RUNNER = """#!/bin/bash
+# the emulated VM's script runners, in cloud-init's order (scripts_per_boot, then scripts_user) with GCE's
+# startup script last: each runs to its end, its output on the console
+run() {  # WHAT PATH
+    if head -c 13 "$2" | grep -q '^#cloud-config'; then echo "[vm] $1 is cloud-config: nothing to run"; return; fi
+    chmod 700 "$2"
+    if [ "$(head -c 2 "$2")" = "#!" ]; then "$2"; else bash "$2"; fi
+    echo "[vm] $1 exited with status $?"
+}
+for script in %(per_boot)s/*; do
+    [ -f "$script" ] && [ -x "$script" ] && run "per-boot script $script" "$script"
+done
+%(main)s
+"""
+
+
+def run_boot_scripts(spec, console):
+    """The scripts a boot runs (RUNNER, as one process): cloud-init's per-boot scripts at every boot; EC2
+    user data at the first boot only (cloud-init: once per instance); GCE's startup-script at every boot,
+    from a fresh temporary directory as the guest agent writes it (google_metadata_script_runner), removed
+    after it ran."""
+    main = ""
+    if spec.get("user_data") and spec.get("first_boot", True):
+        main = f'run "user data script" {spec["user_data"]}'
+    elif spec.get("startup_script_data") is not None:
+        data = spec["startup_script_data"]
+        directory = f"/tmp/metadata-scripts{os.getpid()}{int(time.time() * 1000) % 100000}"
+        os.makedirs(directory, mode=0o700)
+        with open(f"{directory}/startup-script", "wb") as f:
+            f.write(data)
+        main = f'run "startup script" {directory}/startup-script; rm -rf {directory}  # (the agent cleans up)'
+    os.makedirs("/run/vm-init", exist_ok=True)
+    with open("/run/vm-init/run-scripts", "w") as f:
+        f.write(RUNNER % {"per_boot": PER_BOOT, "main": main})
+    return subprocess.Popen(["bash", "/run/vm-init/run-scripts"], cwd="/", env={"PATH": PATH},
+                            stdin=subprocess.DEVNULL, stdout=console, stderr=console, close_fds=True)
 
 
 def other_processes():
@@ -195,6 +230,9 @@ def main():
     for f in spec["files"]:
         with open(f["src"], "rb") as src:
             files.append((f, src.read()))
+    if spec.get("startup_script"):  # read now: the host's files are out of reach once in the VM's root
+        with open(spec["startup_script"], "rb") as src:
+            spec["startup_script_data"] = src.read()
     console = os.open(spec["console_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     sshd_log = os.open(spec["sshd_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     init_log = os.open(spec["init_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -215,8 +253,8 @@ def main():
     os.dup2(init_log, 1)
     os.dup2(init_log, 2)
     sys.stdout = os.fdopen(1, "w", buffering=1)
-    os.write(console, f"[vm] {spec['hostname']} up, running user data\n".encode())
-    boot = run_boot_script(spec["boot_script"], console) if spec.get("boot_script") else None
+    os.write(console, f"[vm] {spec['hostname']} up, running its boot scripts\n".encode())
+    boot = run_boot_scripts(spec, console)
     sshd, sshd_at = None, time.monotonic() + float(spec.get("sshd_delay_s") or 0)
     power = None  # "poweroff" or "halt" once requested
 
@@ -229,9 +267,7 @@ def main():
             if pid == 0:
                 return
             if boot is not None and pid == boot.pid:
-                code = os.waitstatus_to_exitcode(status)
-                os.write(console, f"[vm] user data script exited with status {code}\n".encode())
-                boot.returncode = code
+                boot.returncode = os.waitstatus_to_exitcode(status)
             elif sshd is not None and pid == sshd.pid:
                 print(f"sshd exited: {os.waitstatus_to_exitcode(status)}")
 

@@ -72,8 +72,12 @@ def add_to_groups(group: str, user: str, names: tuple[str, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
+USER_DATA = "/var/lib/cloud/instance/scripts/part-001"  # where cloud-init keeps a user-data script
+
+
 def vm_files(vm_dir: Path, image: Image, *, user: str, hostname: str, private_ip: str,
-             authorized_keys: list[str], boot_script: bytes | None) -> tuple[list[dict], str]:
+             authorized_keys: list[str], boot_script: bytes | None,
+             runner: str = "cloud-init") -> tuple[list[dict], str]:
     """Writes the VM's files into vm_dir/files; returns (SPEC 'files' entries, host public key)."""
     src = vm_dir / "files"
     src.mkdir()
@@ -104,6 +108,8 @@ def vm_files(vm_dir: Path, image: Image, *, user: str, hostname: str, private_ip
     add("/etc/ssh/ssh_host_ed25519_key.pub", public + "\n")
     add(f"{home}/.ssh/authorized_keys", "".join(k.strip() + "\n" for k in authorized_keys), 0o600,
         (uid, uid), dirs=[(home, 0o750, uid, uid), (f"{home}/.ssh", 0o700, uid, uid)], skel=home)
-    if boot_script is not None:
-        add("/var/lib/cloud/instance/scripts/part-001", boot_script, 0o700)
+    if boot_script is not None and runner == "cloud-init":
+        add(USER_DATA, boot_script, 0o700)
+    elif boot_script is not None:  # GCE's guest agent fetches it from the metadata server at every boot
+        (src / "startup-script").write_bytes(boot_script)
     return entries, public
