@@ -5,6 +5,8 @@
         ... dlrun launches instances; each gets a VM booted from its startup script / user data ...
         vm = lab.wait_for_vm("node-name-or-i-id")
         subprocess.run(["ssh", "-F", lab.ssh_config, "-i", key, f"dlrun@{vm.spec.public_ip}", "true"])
+        lab.restart("node-name-or-i-id")             # a host event / reboot: same disk, boots again
+        lab.mirrors                                  # {"pypi": ..., "torch": ...}: the lab's package index
     assert lab.leftovers() == []
 
 Why a lab: it owns everything the VMs share (the bridge, the images, the package index, the SSH client
