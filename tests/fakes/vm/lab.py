@@ -144,8 +144,11 @@ class VmLab:
     def watch_ec2(self, endpoint_url: str, region: str, *, user: str = "ubuntu") -> Ec2Watcher:
         return self._watch(_Ec2(self, endpoint_url, region, user, self.poll_interval_s))
 
-    def watch_gce(self, fake, *, user: str = "dlrun") -> GceWatcher:
-        return self._watch(_Gce(self, fake, user, self.poll_interval_s))
+    def watch_gce(self, fake, *, user: str = "dlrun", gcs_port: int | None = None) -> GceWatcher:
+        """`gcs_port`: the fake Cloud Storage's port, forwarded into each VM like the fake GCE's (where the
+        GceWatcher takes it)."""
+        extra = {} if gcs_port is None else {"gcs_port": gcs_port}
+        return self._watch(_Gce(self, fake, user, self.poll_interval_s, **extra))
 
     def _watch(self, watcher):
         self._watchers.append(watcher)

@@ -75,6 +75,7 @@ class VmSpec:
     sshd_delay_s: float = 0.0
     cloud_id: str = ""  # what the cloud would need to tell a replacement apart (GCE's numeric id)
     metadata: object = None  # netns -> metadata.VmMetadata: the VM's 169.254.169.254 (EC2 VMs)
+    extra_hosts: str = ""  # more /etc/hosts lines, as the cloud's image has them (GCE: metadata.google.internal)
     cloud_image: str = ""  # what the cloud was asked to boot (AMI name, GCE source image): picks the lab image
     disk_gb: float = DEFAULT_DISK_GB  # the root volume's size (what the VM can write over its image)
     # who runs boot_script: "cloud-init" (EC2 user data: once per instance, from USER_DATA) or
@@ -127,7 +128,8 @@ class Vm:
             self._files, self.host_key = vm_files(
                 self.vm_dir, image, user=self.spec.user, hostname=self.spec.hostname,
                 private_ip=self.spec.private_ip, authorized_keys=self.spec.authorized_keys,
-                boot_script=self.spec.boot_script, runner=self.spec.script_runner)
+                boot_script=self.spec.boot_script, runner=self.spec.script_runner,
+                extra_hosts=self.spec.extra_hosts)
             for d in ("root", "disk"):  # mount points: the VM's root overlay, its disk
                 (self.vm_dir / d).mkdir(parents=True)
             make_disk(disk, self.spec.disk_gb)

@@ -77,7 +77,7 @@ USER_DATA = "/var/lib/cloud/instance/scripts/part-001"  # where cloud-init keeps
 
 def vm_files(vm_dir: Path, image: Image, *, user: str, hostname: str, private_ip: str,
              authorized_keys: list[str], boot_script: bytes | None,
-             runner: str = "cloud-init") -> tuple[list[dict], str]:
+             runner: str = "cloud-init", extra_hosts: str = "") -> tuple[list[dict], str]:
     """Writes the VM's files into vm_dir/files; returns (SPEC 'files' entries, host public key)."""
     src = vm_dir / "files"
     src.mkdir()
@@ -99,7 +99,7 @@ def vm_files(vm_dir: Path, image: Image, *, user: str, hostname: str, private_ip
     add("/etc/shadow", shadow.rstrip("\n") + f"\n{user}:*:19000:0:99999:7:::\n", 0o640)
     add("/etc/hostname", hostname + "\n")
     # Ray finds a node's address by resolving the host name when there is no default route
-    add("/etc/hosts", f"127.0.0.1 localhost\n{private_ip} {hostname}\n")
+    add("/etc/hosts", f"127.0.0.1 localhost\n{private_ip} {hostname}\n{extra_hosts}")
     add("/etc/sudoers.d/90-cloud-init-users", f"{user} ALL=(ALL) NOPASSWD:ALL\n", 0o440)
     add("/etc/ssh/sshd_config", SSHD_CONFIG.format(user=user))
     public = host_key(src)
