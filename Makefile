@@ -24,3 +24,4 @@ bench: setup
 	$(VENV)/bin/python bench/estimator_accuracy.py
 	$(VENV)/bin/python bench/plan_speed.py
 	$(VENV)/bin/python bench/spot_savings.py
+	$(VENV)/bin/python bench/vm_boot.py  # the emulated-VM lab: needs root (says so and skips without)

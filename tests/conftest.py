@@ -18,6 +18,15 @@ def dlrun_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture(scope="session")
+def vm_lab_cache():
+    """The emulated-VM lab's Debian image and wheel cache (tests/fakes/vm/fixtures.py lab_cache): made once
+    per session at most, before the first lab opens; skips where the lab cannot run."""
+    from tests.fakes.vm.fixtures import lab_cache
+
+    return lab_cache()
+
+
 METRICS_INTERVAL_ENV = "RAY_metrics_report_interval_ms"
 
 

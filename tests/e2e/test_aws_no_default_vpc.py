@@ -23,7 +23,7 @@ import pytest
 from tests.fakes.aws_images import seed_image_parameters
 from tests.fakes.aws_vpc import no_default_vpc
 from tests.fakes.vm.clouds import wait_until
-from tests.fakes.vm.fixtures import vm_support_problem
+from tests.fakes.vm.fixtures import vm_support_problem, write_mirrors
 from tests.fakes.vm.lab import VmLab
 from tests.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
 
@@ -65,6 +65,7 @@ def lab(moto_server):
 
 @pytest.fixture
 def env(lab, dlrun_home, moto_server):
+    write_mirrors(dlrun_home, lab)  # the nodes' packages come from the lab's index (config.yaml mirrors)
     e = dict(os.environ, DLRUN_HOME=str(dlrun_home), RAY_USAGE_STATS_ENABLED="0", DLRUN_LOCAL_GPUS="none",
              DLRUN_SSH_CONFIG=str(lab.ssh_config), DLRUN_SSH_CIDR="203.0.113.7/32", DLRUN_NODE_POLL_S="1",
              DLRUN_BOOT_TIMEOUT="240", DLRUN_SSH_WAIT_S="120",

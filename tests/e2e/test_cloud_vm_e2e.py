@@ -25,7 +25,7 @@ from tests.fakes.aws_images import seed_image_parameters
 from tests.fakes.gce_server import FakeGce
 from tests.fakes.gcs_server import FakeGcs
 from tests.fakes.vm.clouds import wait_until
-from tests.fakes.vm.fixtures import vm_support_problem
+from tests.fakes.vm.fixtures import vm_support_problem, write_mirrors
 from tests.fakes.vm.lab import VmLab
 from tests.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
 from tests.test_local_e2e import unauthenticated_client
@@ -49,7 +49,7 @@ env: {{SEED: "0"}}
 
 
 @pytest.fixture(scope="module")
-def lab(moto_server):
+def lab(moto_server, vm_lab_cache):
     seed_image_parameters()  # the public SSM parameters naming the AMIs (moto serves them in this process)
     with VmLab(boot_timeout_s=60) as lab:
         lab.watch_ec2(moto_server, REGION)
@@ -60,6 +60,9 @@ def lab(moto_server):
 
 @pytest.fixture
 def env(lab, dlrun_home, moto_server):
+    # the VMs have no route off this machine: packages come from the lab's index, which dlrun's nodes
+    # use through the user setting for corporate / air-gapped networks ($DLRUN_HOME/config.yaml mirrors)
+    write_mirrors(dlrun_home, lab)
     e = dict(os.environ, DLRUN_HOME=str(dlrun_home), RAY_USAGE_STATS_ENABLED="0", DLRUN_LOCAL_GPUS="none",
              DLRUN_SSH_CONFIG=str(lab.ssh_config), DLRUN_SSH_CIDR="203.0.113.7/32", DLRUN_NODE_POLL_S="1",
              DLRUN_BOOT_TIMEOUT="240", DLRUN_SSH_WAIT_S="120",
@@ -179,8 +182,9 @@ def test_a_failed_boot_is_reported_with_its_log_and_failed_over(env, tmp_path, m
 
 def test_a_gpu_offer_whose_image_has_no_usable_gpu_fails_its_boot_and_fails_over(env, tmp_path, moto_server, lab,
                                                                                  dlrun_home):
-    """The lab's image has no NVIDIA driver: each T4 node's boot stops at its GPU check, before Ray starts,
-    and dlrun tries the next candidate instead of training on CPU while a GPU is billed."""
+    """A GPU offer boots the deep-learning image (its AMI is the DLAMI), whose NVIDIA driver finds no GPU in
+    the lab: each T4 node's boot stops at its GPU check, before Ray starts, and dlrun tries the next
+    candidate instead of training on CPU while a GPU is billed."""
     spec = tmp_path / "no-gpu.yaml"
     spec.write_text(JOB.format(name="no-gpu", cloud="aws", region=REGION, spot="never", nodes=1, max_cost=0.09,
                                batch=64, epochs=20, extra="").replace("num_nodes: 1}", 'num_nodes: 1, accelerators: "T4:1"}'))
@@ -189,7 +193,8 @@ def test_a_gpu_offer_whose_image_has_no_usable_gpu_fails_its_boot_and_fails_over
     assert len(feasible) == 2 and all(c["software"]["wheel_index"] == "cu130" for c in feasible), feasible
     r = dlrun("submit", str(spec), "--backend", "aws", env=env)
     assert r.returncode == 5, r.stderr[-4000:]
-    assert "GPU check: no nvidia-smi on this image (no NVIDIA driver); the offer has 1 GPU(s) of 16 GB" in r.stderr
+    assert "GPU check: nvidia-smi failed: NVIDIA-SMI has failed because it couldn't communicate with the " \
+           "NVIDIA driver" in r.stderr
     assert "Traceback" not in r.stderr
     (job,) = [j["id"] for j in json.loads(dlrun("status", "--json", env=env).stdout) if j["name"] == "no-gpu"]
     failed = [e for e in status(job, env)["events"] if e["kind"] == "provision_failed"]
@@ -197,6 +202,7 @@ def test_a_gpu_offer_whose_image_has_no_usable_gpu_fails_its_boot_and_fails_over
     for inst in instances(moto_server, job):
         console = ec2(moto_server).get_console_output(InstanceId=inst["InstanceId"]).get("Output", "")
         assert "dlrun boot failed: GPU check" in console and "ray.scripts.scripts start" not in console
+        assert lab.dead and all(vm.image == "deep-learning" for vm in lab.dead if vm.instance_id == inst["InstanceId"])
     assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
 
 
@@ -240,8 +246,9 @@ def test_supervisor_killed_with_9_reattaches_and_a_later_spot_preemption_relaunc
     # the head's GCS is on the VM network; without the cluster's token nothing runs there (asked from a
     # thread: the refusal takes a client a while, and the steps below need not wait for it)
     (head,) = instances(moto_server, job, ["running"])
+    address = lab.vms[head["InstanceId"]].address  # its private IP's stand-in on this machine (net.py)
     unauthenticated = ThreadPoolExecutor(1).submit(
-        unauthenticated_client, f"{head['PrivateIpAddress']}:6379", f"http://{head['PrivateIpAddress']}:8265")
+        unauthenticated_client, f"{address}:6379", f"http://{address}:8265")
     # the connection drops (Wi-Fi, a laptop lid): the tunnel is re-opened and the job goes on
     st = status(job, env)
     for tunnel in tunnel_pids(st["cluster_id"]):

@@ -23,7 +23,7 @@ import pytest
 from tests.e2e.test_cloud_vm_e2e import dlrun, job_file, status, tunnel_pids, wait_for
 from tests.fakes.gce_server import FakeGce
 from tests.fakes.gcs_server import FakeGcs
-from tests.fakes.vm.fixtures import vm_support_problem
+from tests.fakes.vm.fixtures import vm_support_problem, write_mirrors
 from tests.fakes.vm.lab import VmLab
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
@@ -35,6 +35,7 @@ def gcp(dlrun_home):
     with FakeGce() as gce, FakeGcs(project=gce.project) as gcs, VmLab(boot_timeout_s=60) as lab:
         gce.iam, gce.account_lag = gcs, 2
         watcher = lab.watch_gce(gce, gcs_port=gcs.port)
+        write_mirrors(dlrun_home, lab)  # the nodes' packages come from the lab's index (config.yaml mirrors)
         env = dict(os.environ, DLRUN_HOME=str(dlrun_home), RAY_USAGE_STATS_ENABLED="0", DLRUN_LOCAL_GPUS="none",
                    DLRUN_SSH_CONFIG=str(lab.ssh_config), DLRUN_SSH_CIDR="203.0.113.7/32", DLRUN_NODE_POLL_S="1",
                    DLRUN_BOOT_TIMEOUT="240", DLRUN_SSH_WAIT_S="120", DLRUN_GCP_API_ENDPOINT=gce.endpoint,

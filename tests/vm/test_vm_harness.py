@@ -1,5 +1,7 @@
 """The VM harness itself: instances of the fake clouds become VMs that boot their script, answer SSH with
-the key the cloud was given, show their console through the cloud's API, and vanish without a trace."""
+the key the cloud was given, show their console through the cloud's API, and vanish without a trace; the
+VMs run real Debian images (stock: no venv, nothing for ML; deep-learning: a driver that finds no GPU)
+and install packages only from the lab's index."""
 from __future__ import annotations
 
 import json
@@ -28,6 +30,7 @@ REGION = "us-east-1"
 MOTO_AMI = "ami-12c6146b"  # one of moto's default AMIs (describe_images would load them all: ~2 s)
 HTTP_SCRIPT = """#!/bin/bash
 set -e
+mkdir -p /var/lib/dlrun
 echo "marker from $(hostname)" > /var/lib/dlrun/marker
 nohup python3 -m http.server 8000 --bind 127.0.0.1 --directory /var/lib/dlrun >/dev/null 2>&1 &
 echo "boot script done"
@@ -123,7 +126,10 @@ def test_gce_instance_becomes_a_vm_with_ssh_console_and_no_trace_after_delete(vm
     gce_insert(fake_gce, "node-1", public, HTTP_SCRIPT)
     vm = vm_lab.wait_for_vm("node-1")
     assert vm.spec.public_ip.startswith("203.0.113.") and vm.spec.private_ip.startswith("10.128.0.")
-    assert f"Host {vm.spec.public_ip}\n  HostName {vm.spec.private_ip}\n" in vm_lab.ssh_config.read_text()
+    config = vm_lab.ssh_config.read_text()
+    assert vm.address.startswith("169.254.") and vm.address in vm.routed
+    assert f"Host {vm.spec.public_ip}\n  HostName {vm.address}\n" in config
+    assert f"Host {vm.spec.private_ip}\n  HostName {vm.address}\n" in config
     vm.wait_for_console("boot script done")
     vm.wait_for_ssh()
     target = f"dlrun@{vm.spec.public_ip}"
@@ -197,7 +203,7 @@ def test_vms_reach_each_other_by_private_ip_and_nothing_else_is_shared(vm_lab, f
     assert a.run(banner.format(b.spec.private_ip)).stdout == "SSH-2.0"
     assert b.run(banner.format(a.spec.private_ip)).stdout == "SSH-2.0"
     assert "unreachable" in a.run("ip route get 192.0.2.2").stderr.lower()
-    a.run("echo only-a > /tmp/file; echo only-a > /var/lib/dlrun/file", check=True)
+    a.run("mkdir -p /var/lib/dlrun; echo only-a > /tmp/file; echo only-a > /var/lib/dlrun/file", check=True)
     assert b.run("cat /tmp/file /var/lib/dlrun/file").returncode != 0
     assert a.run("hostname").stdout.strip() == "node-a" and a.run("id -un", user="dlrun").stdout == "dlrun\n"
     assert [p for p in a.run("ps -eo comm=").stdout.split() if p == "sshd"] == ["sshd"]  # its own only
@@ -214,7 +220,7 @@ def test_sshd_delay_makes_ssh_wait(vm_lab, fake_gce, tmp_path):
     gce_insert(fake_gce, "slow-ssh", public)
     vm = vm_lab.wait_for_vm("slow-ssh")
     with pytest.raises(ConnectionRefusedError):  # the VM runs, its sshd does not yet
-        socket.create_connection((vm.spec.public_ip, 22), timeout=5).close()
+        socket.create_connection((vm.address, 22), timeout=5).close()
     wait_until(lambda: ssh(vm_lab, key, f"dlrun@{vm.spec.public_ip}", "true").returncode == 0, 30,
                "sshd never came up", interval_s=0.2)
 
@@ -323,29 +329,111 @@ def test_power_commands_stop_every_process_of_their_vm_only(vm_lab):
     assert host_identity() == host
 
 
+def test_stock_image_is_debian_without_venv_or_ml_packages_and_reaches_only_the_lab_index(vm_lab):
+    """What Canonical's stock images give a boot script: python3 without ensurepip (so no `python3 -m venv`),
+    no pip, no ray/torch/numpy, an sshd of their own; nothing of this machine is visible; the lab's package
+    index is reachable, the internet (deb.debian.org, pypi.org) is not."""
+    vm = vm_lab.boot(VmSpec("stock-1", "10.99.1.2", None, "ubuntu", []))
+    assert vm.image == "stock"
+    out = vm.run("cat /etc/debian_version; python3 -c 'import sys; print(sys.version_info[:2])'; "
+                 "python3 -m venv /tmp/venv; echo venv=$?; python3 -m pip --version; echo pip=$?; "
+                 "for m in ensurepip ray torch numpy sklearn; do python3 -c \"import $m\" 2>/dev/null; echo $m=$?; done; "
+                 "command -v sshd nvidia-smi uv; ls /work /root/.pyenv /opt/wheels 2>&1 | grep -c 'No such'")
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("12.") and lines[1] == "(3, 11)", lines
+    assert "ensurepip is not" in out.stdout and "venv=1" in lines and "pip=1" in lines, out.stdout
+    assert [f"{m}=1" for m in ("ensurepip", "ray", "torch", "numpy", "sklearn")] == \
+        [line for line in lines if line.split("=")[0] in ("ensurepip", "ray", "torch", "numpy", "sklearn")]
+    assert lines[-2:] == ["/usr/sbin/sshd", "3"], lines  # no nvidia-smi, no uv; none of the host's paths
+    assert vm.run("findmnt -no SOURCE /").stdout.strip() == "overlay"
+    index = vm_lab.mirrors["pypi"]
+    page = vm.run(f"curl -fsS {index}/uv/", check=True).stdout
+    assert "uv-" in page and "#sha256=" in page and "data-core-metadata=" in page
+    assert vm.run(f"curl -fsS {vm_lab.mirrors['torch']}/cu130/torch/", check=True).stdout.count(".whl#sha256=") >= 1
+    assert vm.run(f"curl -fsS {index}/torch/").returncode != 0  # torch comes from the torch mirror only
+    for url in ("http://deb.debian.org/debian/", "https://pypi.org/simple/", "http://151.101.2.132/"):
+        assert vm.run(f"curl -sS -m 5 {url}").returncode in (6, 7), url  # can't resolve / can't connect
+    assert "deb.debian.org" in vm.run("cat /etc/apt/sources.list").stdout
+
+
+def test_deep_learning_image_has_the_driver_and_cuda_but_no_gpu(vm_lab):
+    vm = vm_lab.boot(VmSpec("dl-1", "10.99.1.3", None, "ubuntu", [], cloud_image="Deep Learning Base OSS Nvidia"))
+    assert vm.image == "deep-learning"
+    smi = vm.run("nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits")
+    assert smi.returncode == 9 and "couldn't communicate with the NVIDIA driver" in smi.stdout
+    assert vm.run("readlink /usr/local/cuda; python3 -c 'import torch'").stdout.strip() == "cuda-13.0"
+
+
+RESTART_SCRIPT = """#!/bin/bash
+mkdir -p /var/lib/dlrun
+echo "$0" >> /var/lib/dlrun/runs
+case "$0" in /var/lib/cloud/instance/scripts/*) install -D -m 700 "$0" /var/lib/cloud/scripts/per-boot/again.sh;; esac
+"""
+
+
+def test_a_restarted_vm_keeps_its_disk_and_runs_what_its_cloud_runs_at_every_boot(vm_lab):
+    """A reboot / host event restart (lab.restart): the disk stays, /tmp is emptied, the processes are
+    new; cloud-init (EC2) does not run user data again but runs its per-boot scripts, GCE's guest agent
+    runs the startup script again."""
+    vms = {runner: vm_lab.boot(VmSpec(f"restart-{i}", f"10.99.2.{i + 2}", None, "ubuntu", [],
+                                      boot_script=RESTART_SCRIPT.encode(), script_runner=runner))
+           for i, runner in enumerate(("cloud-init", "gce-startup-script"))}
+    for vm in vms.values():
+        vm.wait_for_console("exited with status 0")
+        vm.run("touch /tmp/scratch /var/lib/dlrun/kept", check=True)
+    first = {runner: (vm.pidns, vm.host_key) for runner, vm in vms.items()}
+    for runner, vm in vms.items():
+        assert vm_lab.restart(vm.instance_id) is vm and vm.boots == 2
+        wait_until(lambda: vm.console_log().count("exited with status 0") == 2, 30, "no second boot")
+        vm.wait_for_ssh()
+        assert vm.pidns != first[runner][0] and vm.host_key == first[runner][1]
+        assert vm.run("ls /tmp; ls /var/lib/dlrun").stdout.split() == ["kept", "runs"]
+    ec2_runs = vms["cloud-init"].run("cat /var/lib/dlrun/runs").stdout.split()
+    assert ec2_runs == ["/var/lib/cloud/instance/scripts/part-001", "/var/lib/cloud/scripts/per-boot/again.sh"]
+    gce_runs = vms["gce-startup-script"].run("cat /var/lib/dlrun/runs").stdout.split()
+    assert len(gce_runs) == 2 and all(r.startswith("/tmp/metadata-scripts") and r.endswith("/startup-script")
+                                      for r in gce_runs) and gce_runs[0] != gce_runs[1]
+    assert vm_lab.leftovers() == []
+
+
 RAY_SCRIPT = """#!/bin/bash
+# what dlrun's boot does on a stock image, in short: uv's binary from the index's uv wheel (checked
+# against the index's sha256), a venv made by uv, torch from the torch mirror, Ray from the PyPI mirror
 set -ex
-python3 -m venv --system-site-packages /opt/dlrun/venv
-/opt/dlrun/venv/bin/pip install 'ray[default,train]==2.60.0' torch numpy scikit-learn
+mkdir -p /var/lib/dlrun && cd /var/lib/dlrun
+link=$(curl -fsS {pypi}/uv/ | grep -o 'href="[^"]*"' | head -n1 | sed 's/^href="//; s/"$//')
+curl -fsS -o uv.whl "{base}${{link%%#*}}"
+echo "${{link##*sha256=}}  uv.whl" | sha256sum -c
+python3 -c "import sys, zipfile; z = zipfile.ZipFile('uv.whl'); open('uv', 'wb').write(z.read(next(n for n in z.namelist() if n.endswith('/scripts/uv'))))"
+chmod 755 uv
+./uv venv --python /usr/bin/python3 venv
+./uv pip install --python venv/bin/python --index-url {torch}/cpu torch==2.13.0
+./uv pip install --python venv/bin/python --index-url {pypi} 'ray[default,train]==2.60.0' scikit-learn numpy
 export RAY_USAGE_STATS_ENABLED=0
-/opt/dlrun/venv/bin/python -m ray.scripts.scripts start --head --disable-usage-stats --num-cpus 1
+venv/bin/python -m ray.scripts.scripts start --head --disable-usage-stats --num-cpus 1
 echo "ray head is up"
 """
 
 
-@pytest.mark.ray  # slow: a venv, pip and a real Ray head inside a VM
-def test_image_creates_a_venv_offline_and_runs_a_ray_head_behind_ssh(vm_lab, fake_gce, tmp_path):
+@pytest.mark.ray  # slow: a venv, ~500 MB of wheels from the lab's index and a real Ray head inside a VM
+def test_stock_image_installs_ray_from_the_lab_index_and_runs_a_ray_head_behind_ssh(vm_lab, fake_gce, tmp_path):
     key, public = ssh_keypair(tmp_path)
     vm_lab.watch_gce(fake_gce)
-    gce_insert(fake_gce, "ray-head", public, RAY_SCRIPT)
+    m = vm_lab.mirrors
+    gce_insert(fake_gce, "ray-head", public,
+               RAY_SCRIPT.format(pypi=m["pypi"], torch=m["torch"], base=m["pypi"].rsplit("/simple", 1)[0]))
     vm = vm_lab.wait_for_vm("ray-head")
-    vm.wait_for_console("ray head is up", timeout_s=120)
+    assert vm.image == "stock"
+    vm.wait_for_console("ray head is up", timeout_s=300)
+    requested = [r.split()[1] for r in vm_lab.index.requests]
+    assert any(r.startswith("/files/ray-2.60.0-") for r in requested)
+    assert any(r.startswith("/files/torch-2.13.0") for r in requested)
     vm.wait_for_ssh()
     with forward(vm_lab, key, f"dlrun@{vm.spec.public_ip}", 8265) as port:
         version = json.loads(http_get(f"http://127.0.0.1:{port}/api/version"))
     assert version["ray_version"] == "2.60.0"
     with pytest.raises(OSError):  # the dashboard listens on the VM's loopback only
-        socket.create_connection((vm.spec.private_ip, 8265), timeout=5).close()
+        socket.create_connection((vm.address, 8265), timeout=5).close()
     ray_pids = [pid for pid, comm in vm.processes() if comm in ("raylet", "gcs_server")]
     assert len(ray_pids) == 2
     gce_delete(fake_gce, "ray-head")

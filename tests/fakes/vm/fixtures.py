@@ -3,8 +3,10 @@
     from tests.fakes.vm.fixtures import vm_lab  # noqa: F401  (fixture)
 
 The `vm_lab` fixture skips, saying why, where the lab cannot run: it needs root (namespaces, a bridge,
-mounts) and Debian's openssh-server (sshd), openssh-client, iproute2 and util-linux. At teardown it
-closes the lab and fails the test if anything of it is left.
+mounts), Debian's openssh-client, iproute2 and util-linux, and mmdebstrap while the image cache lacks
+the lab's Debian root (rootfs.py). At teardown it closes the lab and fails the test if anything of it is
+left. `write_mirrors` points a $DLRUN_HOME's config.yaml at the lab's package mirrors, as a user of an
+air-gapped cluster would (dlrun's documented `mirrors:` setting).
 """
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .lab import VmLab
+from .rootfs import mmdebstrap_problem, stock_inputs_cached
 
-APT_PACKAGES = "openssh-server openssh-client iproute2 util-linux"
-TOOLS = ("/usr/sbin/sshd", "ssh", "ssh-keygen", "ip", "unshare", "nsenter", "setpriv")
+APT_PACKAGES = "openssh-client iproute2 util-linux mount e2fsprogs mmdebstrap"
+TOOLS = ("ssh", "ssh-keygen", "ip", "unshare", "nsenter", "setpriv", "mount", "mkfs.ext4")
 
 
 def vm_support_problem() -> str | None:
@@ -28,6 +32,8 @@ def vm_support_problem() -> str | None:
     missing = [t for t in TOOLS if not shutil.which(t)]
     if missing:
         return f"the VM lab needs {', '.join(missing)}: apt-get install -y {APT_PACKAGES}"
+    if not stock_inputs_cached() and mmdebstrap_problem():
+        return mmdebstrap_problem()
     if "overlay" not in Path("/proc/filesystems").read_text():
         subprocess.run(["modprobe", "overlay"], capture_output=True)
         if "overlay" not in Path("/proc/filesystems").read_text():
@@ -35,11 +41,28 @@ def vm_support_problem() -> str | None:
     return None
 
 
-@pytest.fixture
-def vm_lab():
+def lab_cache() -> dict:
+    """The lab's Debian root and wheel cache, built / downloaded once per machine (file locks) and at most
+    once per session (the session fixture `vm_lab_cache` in tests/conftest.py calls this); {"image": path,
+    "wheels": path, "built": [...], "downloaded": [...]} where the last two say what this session had to
+    make (with seconds), for the record. Skips the test, saying why, where the lab cannot run."""
     problem = vm_support_problem()
     if problem:
         pytest.skip(problem)
+    from . import package_index, rootfs
+
+    image = rootfs.stock_root()
+    try:
+        wheels = package_index.wheel_dir()
+    except RuntimeError as e:  # offline is a reason to skip; anything else is a failure
+        if not package_index.pypi_reachable():
+            pytest.skip(f"the VM lab's package index is downloaded from PyPI once, which is unreachable: {e}")
+        raise
+    return {"image": image, "wheels": wheels, "built": rootfs.build_log, "downloaded": package_index.download_log}
+
+
+@pytest.fixture
+def vm_lab(vm_lab_cache):  # (vm_lab_cache: tests/conftest.py)
     lab = VmLab()
     try:
         lab.open()
@@ -63,3 +86,13 @@ def ssh_argv(lab: VmLab, key: Path, target: str, *args: str) -> list[str]:
     return ["ssh", "-F", str(lab.ssh_config), "-i", str(key), "-o", "BatchMode=yes",
             "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
             "-o", f"UserKnownHostsFile={lab.known_hosts}", "-o", "ConnectTimeout=10", *args, target]
+
+
+def write_mirrors(home: Path, lab: VmLab) -> Path:
+    """$DLRUN_HOME/config.yaml with `mirrors:` naming the lab's PyPI and torch wheel mirrors (other settings
+    already in the file are kept)."""
+    path = Path(home) / "config.yaml"
+    config = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    config["mirrors"] = {**(config.get("mirrors") or {}), **lab.mirrors}
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path

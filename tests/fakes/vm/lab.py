@@ -5,11 +5,22 @@
         ... dlrun launches instances; each gets a VM booted from its startup script / user data ...
         vm = lab.wait_for_vm("node-name-or-i-id")
         subprocess.run(["ssh", "-F", lab.ssh_config, "-i", key, f"dlrun@{vm.spec.public_ip}", "true"])
+        lab.restart("node-name-or-i-id")             # a host event / reboot: same disk, boots again
+        lab.mirrors                                  # {"pypi": ..., "torch": ...}: the lab's package index
     assert lab.leftovers() == []
 
-Why a lab: it owns everything the VMs share (the bridge, the image, the SSH client config mapping each
-public IP onto its private IP, the known_hosts of the VMs' fresh host keys) and cleans all of it,
-including the debris a crashed run left (another lab's debris is left alone while its owner lives).
+Why a lab: it owns everything the VMs share (the bridge, the images, the package index, the SSH client
+config mapping each public IP onto its private IP, the known_hosts of the VMs' fresh host keys) and cleans
+all of it, including the debris a crashed run left (another lab's debris is left alone while its owner lives).
+
+- Images (image.py): each VM boots the lab image standing for what its cloud was asked for: the
+  deep-learning image for the clouds' deep-learning images (an AMI named "Deep Learning ...", a GCE image
+  of deeplearning-platform-release), else the stock one (a real Debian 12 root, rootfs.py).
+- Packages (package_index.py): `lab.mirrors` are the URLs of the lab's PyPI mirror and torch wheel
+  mirror, served on the bridge's address, the only address off the VM's own network a VM can reach. dlrun
+  reaches them through its user setting, $DLRUN_HOME/config.yaml `mirrors:` (fixtures.write_mirrors).
+The Debian root and the wheels are cached across sessions (~/.cache/dlrun-lab); a lab opening builds or
+downloads what the cache lacks, under a file lock (once per machine, not once per lab).
 """
 from __future__ import annotations
 
@@ -24,8 +35,9 @@ from typing import Callable
 
 from . import net
 from .clouds import Ec2Watcher, GceWatcher, Watcher, wait_until
-from .image import build_image
-from .machine import Vm, VmSpec
+from .image import IMAGE_USED_GB, Image, build_images, image_for
+from .machine import Vm, VmSpec, loop_devices
+from .package_index import PackageIndex, wheel_dir
 
 LAB_DIR_PREFIX = "dlvlab-"
 
@@ -62,6 +74,8 @@ class VmLab:
         self._lock = threading.RLock()
         self._index = itertools.count(1)
         self._open = False
+        self.images: dict[str, Image] = {}
+        self.index: PackageIndex | None = None
 
     # ------------------------------------------------------------ lifecycle
     def __enter__(self) -> "VmLab":
@@ -87,7 +101,8 @@ class VmLab:
         self._open = True
         try:
             self.net.create()
-            self.image = build_image(self.dir / "image")
+            self.images = build_images(self.dir / "image")
+            self.index = PackageIndex(wheel_dir(), self.net.host_ip).start()
             self._write_ssh_files()
         except BaseException:
             self.close()
@@ -100,6 +115,8 @@ class VmLab:
             self._open = False  # a watcher's sync in flight boots nothing more
         for watcher in self._watchers:
             watcher.stop()
+        if self.index is not None:
+            self.index.stop()
         with self._lock:
             for instance_id in list(self.vms):
                 try:
@@ -111,6 +128,11 @@ class VmLab:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     @property
+    def mirrors(self) -> dict[str, str]:
+        """{"pypi": "http://BRIDGE:PORT/simple", "torch": "http://BRIDGE:PORT/whl"}: what a VM can install from."""
+        return self.index.mirrors
+
+    @property
     def ssh_config(self) -> Path:
         return self.dir / "ssh_config"
 
@@ -120,11 +142,13 @@ class VmLab:
 
     # ------------------------------------------------------------ clouds
     def watch_ec2(self, endpoint_url: str, region: str, *, user: str = "ubuntu") -> Ec2Watcher:
-        return self._watch(Ec2Watcher(self, endpoint_url, region, user, self.poll_interval_s))
+        return self._watch(_Ec2(self, endpoint_url, region, user, self.poll_interval_s))
 
     def watch_gce(self, fake, *, user: str = "dlrun", gcs_port: int | None = None) -> GceWatcher:
-        """`gcs_port`: the fake Cloud Storage's port, forwarded into each VM like the fake GCE's."""
-        return self._watch(GceWatcher(self, fake, user, self.poll_interval_s, gcs_port=gcs_port))
+        """`gcs_port`: the fake Cloud Storage's port, forwarded into each VM like the fake GCE's (where the
+        GceWatcher takes it)."""
+        extra = {} if gcs_port is None else {"gcs_port": gcs_port}
+        return self._watch(_Gce(self, fake, user, self.poll_interval_s, **extra))
 
     def _watch(self, watcher):
         self._watchers.append(watcher)
@@ -171,21 +195,28 @@ class VmLab:
             vm_dir.mkdir()
             vm = Vm(spec, index, self.net.netns(index), vm_dir)
             try:
-                self.net.add_vm(index, spec.addresses)
+                _, vm.address, vm.routed = self.net.add_vm(index, spec.addresses)
                 if spec.metadata is not None:
                     vm.metadata = spec.metadata(vm.netns).start()
-                vm.boot(self.image, self.boot_timeout_s)
+                vm.boot(self.images[image_for(spec.cloud_image)], self.boot_timeout_s)
             except BaseException:
                 if vm.metadata is not None:
                     vm.metadata.stop()
                 vm.kill()
-                self.net.remove_vm(index, spec.addresses)
+                self.net.remove_vm(index, vm.routed)
                 vm.remove_dir()
                 raise
             self._sources[spec.instance_id] = source
             self._write_ssh_files([*self.vms.values(), vm])
             self.vms[spec.instance_id] = vm  # last: a VM in lab.vms is fully booted and in the SSH files
             return vm
+
+    def restart(self, instance_id: str) -> Vm:
+        """What a reboot or a host event's restart does to the instance's VM (Vm.restart): same disk,
+        same addresses, every process started again by its boot. The calling thread must outlive the VM."""
+        with self._lock:
+            vm = self.vms[instance_id]
+            return vm.restart(self.images[vm.image], self.boot_timeout_s)
 
     def kill(self, instance_id: str) -> None:
         """What the cloud does to a terminated instance: every process dies, the VM's network and disk go."""
@@ -198,7 +229,7 @@ class VmLab:
             finally:
                 if vm.metadata is not None:
                     vm.metadata.stop()
-                self.net.remove_vm(vm.index, vm.spec.addresses)
+                self.net.remove_vm(vm.index, vm.routed)
                 vm.remove_dir()
                 self.dead.append(vm)
                 self._write_ssh_files([v for v in self.vms.values() if v is not vm])
@@ -222,15 +253,13 @@ class VmLab:
         wait_until(lambda: instance_id not in self.vms, timeout_s, f"the VM of {instance_id} still runs")
 
     def _write_ssh_files(self, vms: list[Vm] | None = None) -> None:
-        """lab.ssh_config maps public IPs onto private ones; lab.known_hosts has the VMs' host keys."""
-        config = [f"# VM lab {self.lab_id}: each running VM's public IP -> its private IP"]
+        """lab.ssh_config maps each VM's public and private IP onto its lab address (net.py); lab.known_hosts
+        has the VMs' host keys under all three."""
+        config = [f"# VM lab {self.lab_id}: each running VM's public and private IP -> its lab address"]
         hosts = []
         for vm in self.vms.values() if vms is None else vms:
-            names = [vm.spec.private_ip]
-            if vm.spec.public_ip:
-                config.append(f"Host {vm.spec.public_ip}\n  HostName {vm.spec.private_ip}")
-                names.insert(0, vm.spec.public_ip)
-            hosts.append(f"{','.join(names)} {vm.host_key}")
+            config += [f"Host {a}\n  HostName {vm.address}" for a in vm.spec.addresses]
+            hosts.append(f"{','.join([*vm.spec.addresses, vm.address])} {vm.host_key}")
         for path, lines in ((self.ssh_config, config), (self.known_hosts, hosts)):
             tmp = path.with_suffix(".tmp")
             tmp.write_text("".join(line + "\n" for line in lines))
@@ -248,7 +277,7 @@ class VmLab:
             found = []
             if self._open:
                 expected.add(f"link {self.net.bridge}")
-                live_ips = {a for vm in live for a in vm.spec.addresses}
+                live_ips = {a for vm in live for a in vm.routed}
                 found += [f"route {r}" for r in self.net.routes() if r not in live_ips]
             elif self.dir.exists():
                 found.append(f"dir {self.dir}")
@@ -259,6 +288,9 @@ class VmLab:
                           if pid not in live_pids]  # (a namespace's inode number may be reused by a live VM)
                 if vm.vm_dir.exists():
                     found.append(f"dir {vm.vm_dir}")
+            live_disks = tuple(f"{vm.vm_dir}/" for vm in live)
+            found += [f"loop device {d}" for d in loop_devices(str(self.dir) + "/")
+                      if not d.split(" (", 1)[1].startswith(live_disks)]
             live_mounts = {f"/run/netns/{vm.netns}" for vm in live}
             for line in Path("/proc/self/mountinfo").read_text().splitlines():
                 point = line.split()[4]
@@ -268,3 +300,46 @@ class VmLab:
             if not self._open:
                 found += [x for w in self._watchers for x in w.leftovers()]
             return found
+
+
+def _disk_gb(volume_gb: float) -> float:
+    return max(1.0, float(volume_gb) - IMAGE_USED_GB)
+
+
+class _Ec2(Ec2Watcher):
+    """Ec2Watcher, with what the instance was launched from in its VmSpec (the AMI's name and
+    description, looked up once per AMI) for the lab's choice of image, and its root volume's size (EC2's
+    default: the AMI's, 8 GiB for Canonical's) for the VM's disk."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._amis: dict[str, str] = {}
+
+    def spec(self, inst: dict) -> VmSpec:
+        spec = super().spec(inst)
+        ami = inst.get("ImageId") or ""
+        if ami and ami not in self._amis:
+            images = self.ec2.describe_images(ImageIds=[ami]).get("Images") or [{}]
+            self._amis[ami] = f"{ami} {images[0].get('Name', '')} {images[0].get('Description', '')}"
+        spec.cloud_image = self._amis.get(ami, "")
+        volumes = self.ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id",
+                                                      "Values": [inst["InstanceId"]]}])["Volumes"]
+        root = [v["Size"] for v in volumes
+                if any(a.get("Device") == inst.get("RootDeviceName") for a in v.get("Attachments", []))]
+        if root:
+            spec.disk_gb = _disk_gb(root[0])
+        return spec
+
+
+class _Gce(GceWatcher):
+    """GceWatcher, with the boot disk's source image in its VmSpec for the lab's choice of image, and its
+    size (GCE's default: 10 GB) for the VM's disk."""
+
+    def spec(self, inst: dict) -> VmSpec:
+        spec = super().spec(inst)
+        boot = [d for d in inst.get("disks") or [] if d.get("boot")] or [{}]
+        params = boot[0].get("initializeParams") or {}
+        spec.cloud_image = params.get("sourceImage", "")
+        spec.disk_gb = _disk_gb(params.get("diskSizeGb") or 10)
+        spec.script_runner = "gce-startup-script"
+        return spec

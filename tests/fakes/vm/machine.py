@@ -18,20 +18,49 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .image import Image
 from .power import MARKER
-from .vmfiles import vm_files
+from .vmfiles import USER_DATA, vm_files
 
 INIT = Path(__file__).with_name("vm_init.py")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+DEFAULT_DISK_GB = 30.0
+
+
 class VmBootError(RuntimeError):
     pass
+
+
+def loop_devices(prefix: str) -> list[str]:
+    """'loopN (backing file)' for each loop device whose backing file is under `prefix`."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            name = backing.read_text().strip()
+        except OSError:
+            continue
+        if name.startswith(prefix):
+            found.append(f"{backing.parts[3]} ({name})")
+    return found
+
+
+def make_disk(path: Path, size_gb: float) -> None:
+    """An empty ext4 file system in a sparse file: the VM's root volume (mounted by vm_init.py). No
+    journal: the volume dies with the VM, and a journal's first writes cost time here."""
+    with open(path, "wb") as f:
+        f.truncate(int(size_gb * 2**30))
+    proc = subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E",
+                           "lazy_itable_init=1,lazy_journal_init=1", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise VmBootError(f"mkfs.ext4 {path}: {proc.stderr.strip()}")
 
 
 @dataclass
@@ -47,6 +76,11 @@ class VmSpec:
     cloud_id: str = ""  # what the cloud would need to tell a replacement apart (GCE's numeric id)
     metadata: object = None  # netns -> metadata.VmMetadata: the VM's 169.254.169.254 (EC2 VMs)
     extra_hosts: str = ""  # more /etc/hosts lines, as the cloud's image has them (GCE: metadata.google.internal)
+    cloud_image: str = ""  # what the cloud was asked to boot (AMI name, GCE source image): picks the lab image
+    disk_gb: float = DEFAULT_DISK_GB  # the root volume's size (what the VM can write over its image)
+    # who runs boot_script: "cloud-init" (EC2 user data: once per instance, from USER_DATA) or
+    # "gce-startup-script" (GCE's guest agent: at every boot, from a fresh temporary file)
+    script_runner: str = "cloud-init"
 
     def __post_init__(self):
         self.hostname = self.hostname or "ip-" + self.private_ip.replace(".", "-")
@@ -67,6 +101,11 @@ class Vm:
     pidns: str = ""  # 'pid:[inode]' of the VM's PID namespace, to find its processes
     netns_id: str = ""  # 'net:[inode]'
     power_handled: str = ""  # what the cloud did once the guest powered off (see power.py)
+    image: str = ""  # the lab image it booted (image.py)
+    boots: int = 0  # how many times it booted (restarts: Vm.restart)
+    _files: list = field(default_factory=list, repr=False)  # vmfiles.vm_files' entries, kept for restarts
+    address: str = ""  # its lab address, always routed to it from here (net.py)
+    routed: list[str] = field(default_factory=list)  # the addresses routed to it from here (lab address first)
     metadata: object = None  # its running metadata.VmMetadata, if its cloud gives it one
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     _console_after_death: str | None = field(default=None, repr=False)
@@ -80,24 +119,35 @@ class Vm:
         return self._proc is not None and self._proc.poll() is None
 
     # ------------------------------------------------------------ boot / kill
-    def boot(self, image: Image, timeout_s: float = 30) -> "Vm":
-        files, self.host_key = vm_files(
-            self.vm_dir, user=self.spec.user, hostname=self.spec.hostname, private_ip=self.spec.private_ip,
-            authorized_keys=self.spec.authorized_keys, boot_script=self.spec.boot_script,
-            extra_hosts=self.spec.extra_hosts)
-        (self.vm_dir / "layer").mkdir()
+    def boot(self, image: Image, timeout_s: float = 30, *, first_boot: bool = True) -> "Vm":
+        """Starts the VM's init (vm_init.py) on `image`; a first boot makes the VM's files and disk, a later
+        one (restart) boots the disk as the last boot left it."""
+        self.image = image.name
+        disk = self.vm_dir / "disk.img"
+        if first_boot:
+            self._files, self.host_key = vm_files(
+                self.vm_dir, image, user=self.spec.user, hostname=self.spec.hostname,
+                private_ip=self.spec.private_ip, authorized_keys=self.spec.authorized_keys,
+                boot_script=self.spec.boot_script, runner=self.spec.script_runner,
+                extra_hosts=self.spec.extra_hosts)
+            for d in ("root", "disk"):  # mount points: the VM's root overlay, its disk
+                (self.vm_dir / d).mkdir(parents=True)
+            make_disk(disk, self.spec.disk_gb)
+        self.boots += 1
+        gce_script = self.vm_dir / "files" / "startup-script"
         spec_path = self.vm_dir / "spec.json"
         spec_path.write_text(json.dumps({
-            "vm_dir": str(self.vm_dir), "image": image.spec(), "hostname": self.spec.hostname,
-            "files": files, "sshd_delay_s": self.spec.sshd_delay_s,
-            "boot_script": "/var/lib/cloud/instance/scripts/part-001" if self.spec.boot_script is not None
+            "vm_dir": str(self.vm_dir), "image": image.spec(), "disk_image": str(disk), "hostname": self.spec.hostname,
+            "files": self._files, "sshd_delay_s": self.spec.sshd_delay_s, "first_boot": first_boot,
+            "user_data": USER_DATA if self.spec.boot_script is not None and self.spec.script_runner == "cloud-init"
             else None,
+            "startup_script": str(gce_script) if gce_script.exists() else None,
             "console_log": str(self.console_path), "sshd_log": str(self.vm_dir / "sshd.log"),
             "init_log": str(self.vm_dir / "init.log")}, indent=1))
         self._proc = subprocess.Popen(
             ["setpriv", "--pdeathsig", "KILL", "ip", "netns", "exec", self.netns,
              "unshare", "--mount", "--pid", "--uts", "--fork", "--mount-proc", "--propagation", "private",
-             "--kill-child=SIGKILL", image.python_bin, "-I", "-S", str(INIT), str(spec_path)],
+             "--kill-child=SIGKILL", os.path.realpath(sys.executable), "-I", "-S", str(INIT), str(spec_path)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True, env={"PATH": PATH})
         out = self._read_until_ready(timeout_s)
@@ -136,10 +186,21 @@ class Vm:
             time.sleep(0.01)
         raise VmBootError(f"no init process under unshare ({pid})")
 
+    def restart(self, image: Image, timeout_s: float = 30) -> "Vm":
+        """What a reboot or a host event's restart does to the machine: every process ends (at once: no
+        shutdown is emulated), the disk stays as it was, and the VM boots again from it (vm_init.py: cloud-
+        init's per-boot scripts run, EC2's user data does not run again, GCE's startup-script does). The
+        calling thread must outlive the VM, as for boot()."""
+        self._stop()
+        return self.boot(image, timeout_s, first_boot=False)
+
     def kill(self) -> None:
         """Terminates the VM: SIGKILL to its init kills every process in its PID namespace."""
         if self._console_after_death is None:
             self._console_after_death = self.console_log()
+        self._stop()
+
+    def _stop(self) -> None:
         for pid in (self.init_pid, self._proc.pid if self._proc else 0):
             if pid:
                 try:
@@ -155,6 +216,9 @@ class Vm:
                 self._proc.stdout.close()
         deadline = time.monotonic() + 10
         while self.processes() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # the disk's loop device detaches (autoclear) once the VM's mount namespace is gone: soon after
+        while loop_devices(str(self.vm_dir) + "/") and time.monotonic() < deadline:
             time.sleep(0.02)
 
     def remove_dir(self) -> None:
@@ -204,7 +268,7 @@ class Vm:
         inner = ["env", "-i", f"PATH={PATH}", f"HOME={home}", f"USER={user}", "bash", "-c", command]
         if user != "root":
             inner = ["setpriv", "--reuid", user, "--regid", user, "--init-groups", *inner]
-        argv = ["nsenter", "-t", str(self.init_pid), "-m", "-u", "-n", "-p", "--wd=/", *inner]
+        argv = ["nsenter", "-t", str(self.init_pid), "-m", "-u", "-n", "-p", "--wd", *inner]  # the init's cwd: the VM's /
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=check)
 
     def wait_for_ssh(self, timeout_s: float = 30) -> None:
@@ -213,7 +277,7 @@ class Vm:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                with socket.create_connection((self.spec.private_ip, 22), timeout=2) as conn:
+                with socket.create_connection((self.address or self.spec.private_ip, 22), timeout=2) as conn:
                     if conn.recv(7) == b"SSH-2.0":
                         return
             except OSError:

@@ -11,6 +11,11 @@ reachable from this machine (the root namespace) for SSH, while never having a r
 - The VM's public IP (as its cloud reported it) is a second address on its eth0, routed to the bridge
   too: a direct connection to it (not through lab.ssh_config) reaches the VM, never the internet (moto's
   public IPs are real-looking addresses).
+- Each VM also holds a lab address, 169.254.A.B/32, unique on this machine, always routed to it: the
+  clouds' addresses are not (the fake GCE gives every project 10.128.0.2 first), and two labs running at
+  once (two test sessions on one machine) may hold VMs with the same address. Such an address is routed
+  to the first lab's VM only; the second reaches its VM through the lab address (lab.ssh_config maps the
+  public and private IPs onto it), so dlrun's SSH never reaches the other lab's VM.
 
 Every name starts with PREFIX + the lab's 4 hex digits, so two labs or the debris of a crashed run never
 collide; `remove_stale` deletes debris whose lab is no longer alive (see LabNetwork.remove_lab).
@@ -18,6 +23,7 @@ collide; `remove_stale` deletes debris whose lab is no longer alive (see LabNetw
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import subprocess
@@ -76,33 +82,45 @@ class LabNetwork:
         ip("addr", "add", f"{self.host_ip}/32", "dev", self.bridge)
         ip("link", "set", self.bridge, "up")
 
-    def add_vm(self, index: int, addresses: list[str]) -> str:
+    def add_vm(self, index: int, addresses: list[str]) -> tuple[str, str, list[str]]:
         """Creates the VM's namespace with eth0 holding `addresses` (private IP first, then the public one)
-        on the bridge; returns the netns name."""
-        for address in addresses:
-            if ip("-o", "route", "show", "to", "exact", f"{address}/32", check=False).strip():
-                raise VmNetworkError(f"{address} is already routed here (by another VM or lab)")
+        and a lab address on the bridge; returns (netns name, lab address, the addresses routed to it)."""
+        lab_address = self._free_lab_address()
+        routed = [a for a in addresses if not _routed(a)]
         ns, host_end, peer = self.netns(index), self.veth(index), f"{self.prefix}p{index}"
         try:
             ip("netns", "add", ns)
             ip("link", "add", host_end, "type", "veth", "peer", "name", peer, "netns", ns)
             for args in (("link", "set", peer, "name", "eth0"),
-                         *(("addr", "add", f"{a}/32", "dev", "eth0") for a in addresses),
+                         *(("addr", "add", f"{a}/32", "dev", "eth0") for a in [*addresses, lab_address]),
                          ("link", "set", "lo", "up"),
                          ("link", "set", "eth0", "up"),
                          ("route", "add", f"{self.host_ip}/32", "dev", "eth0"),
                          *(("route", "add", r, "dev", "eth0") for r in PRIVATE_RANGES)):
                 ip("-n", ns, *args)
             ip("link", "set", host_end, "master", self.bridge, "up")
-            for address in addresses:
-                ip("route", "add", f"{address}/32", "dev", self.bridge, "src", self.host_ip)
+            ip("route", "add", f"{lab_address}/32", "dev", self.bridge, "src", self.host_ip)
+            for address in list(routed):
+                try:  # (another lab may have taken it since)
+                    ip("route", "add", f"{address}/32", "dev", self.bridge, "src", self.host_ip)
+                except VmNetworkError:
+                    routed.remove(address)
         except Exception:
-            self.remove_vm(index, addresses)
+            self.remove_vm(index, [lab_address, *routed])
             raise
-        return ns
+        return ns, lab_address, [lab_address, *routed]
 
-    def remove_vm(self, index: int, addresses: list[str]) -> None:
-        for address in addresses:
+    def _free_lab_address(self) -> str:
+        for _ in range(100):
+            a, b = random.randint(1, 254), random.randint(1, 254)
+            address = f"169.254.{a}.{b}"
+            if a != 169 and address != self.host_ip and not _routed(address) and not _assigned(address):
+                return address
+        raise VmNetworkError("no free lab address in 169.254.0.0/16")
+
+    def remove_vm(self, index: int, routed: list[str]) -> None:
+        """Removes the VM's namespace and link, and the routes `add_vm` made (`routed`)."""
+        for address in routed:
             ip("route", "del", f"{address}/32", "dev", self.bridge, check=False)
         ip("link", "del", self.veth(index), check=False)
         ip("netns", "del", self.netns(index), check=False)
@@ -120,6 +138,14 @@ class LabNetwork:
         """Every network object of this lab that exists now, as 'netns NAME' / 'link NAME'."""
         return ([f"netns {n}" for n in our_netns() if n.startswith(self.prefix)]
                 + [f"link {n}" for n in our_links() if n.startswith(self.prefix)])
+
+
+def _routed(address: str) -> bool:
+    return bool(ip("-o", "route", "show", "to", "exact", f"{address}/32", check=False).strip())
+
+
+def _assigned(address: str) -> bool:
+    return bool(ip("-o", "addr", "show", "to", f"{address}/32", check=False).strip())
 
 
 def netns_pids(name: str) -> list[int]:

@@ -8,13 +8,13 @@ the fake cloud's API, then kills the VM as for any instance that stopped running
   (describe_instance_attribute) and calling terminate_instances, else stop_instances. (moto then gives
   the state reason Client.UserInitiatedShutdown where EC2 gives Client.InstanceInitiatedShutdown.)
 - GCE: the instance goes to TERMINATED (stopped), with a compute.instances.guestTerminate system
-  operation ("Instance terminated by guest OS shutdown"). Emulated by FakeGce.guest_shutdown, which also
-  deletes an instance whose scheduling.instanceTerminationAction is DELETE: GCE documents that action for
-  preemption and for the time limit (maxRunDuration/terminationTime); applying it to a guest shutdown is
-  this harness's assumption, so that a SPOT/DELETE node leaves nothing behind either way.
+  operation ("Instance terminated by guest OS shutdown"), whatever its scheduling says: GCE applies
+  instanceTerminationAction=DELETE to preemption and to the time limit (maxRunDuration/terminationTime)
+  only. Emulated by FakeGce.guest_shutdown: TERMINATED, the boot disk kept and billed. A node that must
+  leave nothing behind deletes itself (dlrun's self-end script) before it powers off.
 
 How, inside a VM:
-- the image's /usr/local/sbin (first on the PATH the init gives boot scripts and `vm.run`, as on root's
+- the image's /usr/local/sbin (the lab layer of image.py; first on the PATH the init gives boot scripts and `vm.run`, as on root's
   PATH on Debian/Ubuntu) holds COMMAND_SCRIPT as `shutdown`, `poweroff`, `halt`, `reboot` and `systemctl`, hiding the host's
   binaries of those names. They parse systemd's options, print what systemd's wall message says
   ("... The system will power off now!") on stdout (so it lands in the console log when a boot script
@@ -22,17 +22,17 @@ How, inside a VM:
   systemd's signal for it to the VM's init (PID 1 of its PID namespace): SIGRTMIN+4 poweroff,
   SIGRTMIN+3 halt. `shutdown +N` / `shutdown hh:mm` schedule it (`shutdown -c` cancels); `shutdown -k`
   only prints; `reboot` (and `shutdown -r`, `systemctl reboot|kexec|soft-reboot`) is refused with exit 1:
-  a reboot is not emulated. Other `systemctl` verbs run the host's systemctl, which finds no systemd
-  (the VM's /run and network namespace are its own) and says so. Only root may power off (others: exit 1).
+  a reboot is not emulated. Other `systemctl` verbs run the image's systemctl when it has one (the
+  lab's Debian minbase root has none; a systemctl there would find no systemd as PID 1), else say what
+  systemctl says without systemd. Only root may power off (others: exit 1).
 - the init (vm_init.py) then writes "[vm] <action> requested by `<command>`" to the console, stops every
   other process of the VM (SIGTERM, then SIGKILL after GRACE_S), writes the kernel's "reboot: Power down"
   (or "reboot: System halted") and the marker MARKER (JSON: action, command, time) into the VM's
   directory on the host, and idles until the lab kills it.
 - the lab's watchers read the marker each poll (Vm.power_request) and act once per VM as above.
-Nothing of this can reach the host: the commands only signal PID 1 of the VM's PID namespace, and even
-the host's real binaries, called by absolute path, find no systemd and at worst call reboot(2), which in
-a PID namespace other than the initial one only kills that namespace's init (the lab does not take
-that for a power-off: the instance keeps running with a dead VM until the cloud ends it).
+Nothing of this can reach the host: the commands only signal PID 1 of the VM's PID namespace (the host's
+binaries are not even visible in a VM), and reboot(2), called in a PID namespace other than the initial
+one, only kills that namespace's init (the lab does not take that for a power-off: the instance keeps running with a dead VM until the cloud ends it).
 """
 from __future__ import annotations
 

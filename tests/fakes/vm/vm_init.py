@@ -1,128 +1,193 @@
-"""PID 1 of an emulated VM: builds the VM's private filesystem view, then runs the boot script and sshd.
+"""PID 1 of an emulated VM: mounts the VM's root file system, moves into it, then runs the boot script and sshd.
 
 Started by machine.Vm as `ip netns exec NS unshare --mount --pid --uts --fork --mount-proc ... python -I -S
 vm_init.py SPEC.json`, so it already sits in the VM's network namespace and in fresh mount, PID and UTS
-namespaces (mount propagation private: nothing mounted here is seen by the host). Standard library only:
-it runs with -I -S, before the VM has any site-packages, and imports everything first (its own
-standard library is hidden under the VM's /root once the filesystem is built).
+namespaces (mount propagation private: nothing mounted here is seen by the host). Standard library only,
+everything imported first: it runs on the test runner's interpreter, which it can no longer see once it
+has moved into the VM's root (the process keeps running from what it mapped, as an init would).
 
-Why each mount (none is visible outside the VM, all vanish with it):
-- tmpfs on SPEC.vm_dir/layer holds every writable layer, so killing the VM frees its whole disk;
-- overlays on /etc, /var, /usr/local (the interpreter) and its site-packages (see image.py): writable
-  in the VM, read-only underneath; fresh tmpfs on /tmp, /home, /root, /run, /opt, /dev/shm,
-  /var/lib/dlrun, as on a fresh VM (Ray's /tmp/ray and plasma store in /dev/shm are the VM's own);
-- the project checkout is covered by an empty read-only tmpfs; then / itself is remounted read-only in
-  this namespace, so a boot script can never write into the host's filesystem.
-It prints "ready" on stdout once done (or a traceback, then exits 1), then logs to SPEC.init_log.
+What it builds, as a machine booting from its image would have it:
+- / is an overlay of the image's layers (SPEC.image.layers, read-only, top first: image.py) under the
+  VM's own writable layer on its "root volume": an ext4 file system in a sparse file (SPEC.disk_image,
+  made by machine.py) mounted through a loop device. Why not a tmpfs: a VM holding a venv of torch and
+  Ray writes ~2 GB, which would sit in RAM; why not a directory on this machine's disk: removing ~40,000
+  files took 50 s here, unlinking one sparse file takes milliseconds. Its size is the volume's, so a full
+  disk fails as on the cloud;
+- /proc (this PID namespace's), /sys (read-only, this network namespace's view), a minimal /dev (null,
+  zero, full, random, urandom, tty, a private devpts for sshd's PTYs, ptmx, fd links, /dev/shm as tmpfs),
+  /run as tmpfs (with /run/sshd and /run/lock), as systemd mounts them;
+- then pivot_root: the host's file systems (its /usr, the test venv, pyenv, the project checkout, the
+  lab's directories) are detached from this namespace, so nothing of them is reachable from the VM;
+- the VM's files (vmfiles.py: users, host key, sshd_config, hostname, hosts, user data) are written,
+  the login user's home gets /etc/skel's files, the host name is set in the UTS namespace.
+- then the boot's scripts (run_boot_scripts): cloud-init's per-boot scripts, EC2 user data on the first
+  boot only, GCE's startup-script at every boot. A restart (machine.Vm.restart: SPEC.first_boot false)
+  mounts the same disk again, empties /tmp as systemd-tmpfiles does, and runs what a boot runs.
+It prints "ready" on stdout once done (or a traceback, then exits 1), then logs to SPEC.init_log (these
+logs and the console were opened before the pivot: the VM writes to them through those descriptors).
 
 Power-off (see power.py, whose names are repeated here: this script imports nothing of the harness): like
 systemd, the init takes SIGRTMIN+4 as "power off" and SIGRTMIN+3 as "halt" (the VM's shutdown, poweroff,
 halt and systemctl send them, with the request in REQUEST); it then stops every other process of the VM,
 writes "reboot: Power down" to the console and the marker SPEC.vm_dir/MARKER for the lab, and idles.
+Not reproduced: systemd and its units (journald, logind, timers, unattended-upgrades), a kernel of the
+VM's own (the host's is shared), cgroup limits (a VM sees the host's CPUs and memory).
 """
 import ctypes
 import json
 import os
+import platform
 import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 import traceback
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MNT_DETACH = 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}[platform.machine()]
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 POWER_SIGNALS = {signal.SIGRTMIN + 4: "poweroff", signal.SIGRTMIN + 3: "halt"}  # systemd's
 MARKER, REQUEST, GRACE_S = "power", "/run/vm-power/request", 2.0  # as in power.py
-HOST_MOUNT_POINTS = ("/etc", "/var", "/usr/local", "/tmp", "/home", "/root", "/run", "/opt", "/dev/shm")
+DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9), "tty": (5, 0)}
+TTY_GID = 5  # Debian's tty group
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def mount(source, target, fstype, flags=0, data=""):
-    if _libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None,
-                   flags, data.encode() if data else None) != 0:
+def _check(result, what):
+    if result != 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"mount {fstype or 'bind'} {source} on {target} ({data}): {os.strerror(err)}")
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(source, target, fstype, flags=0, data=""):
+    _check(_libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None,
+                       flags, data.encode() if data else None), f"mount {fstype or 'bind'} {source} on {target} ({data})")
 
 
 def tmpfs(target, mode="755", flags=MS_NOSUID | MS_NODEV):
-    mount("vmtmp", target, "tmpfs", flags, f"mode={mode}")
+    mount("tmpfs", target, "tmpfs", flags, f"mode={mode}")
 
 
-def overlay(target, lower, layer, name):
-    upper, work = f"{layer}/{name}.upper", f"{layer}/{name}.work"
-    os.makedirs(upper)
-    os.makedirs(work)
-    mount("vmlayer", target, "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
+def mount_root(spec):
+    """The VM's root: an overlay of the image's layers under its own disk; returns where it is mounted."""
+    vm_dir = spec["vm_dir"]
+    # mount(8)'s -o loop attaches a loop device with autoclear: it detaches once this namespace is gone
+    proc = subprocess.run(["mount", "-o", "loop", spec["disk_image"], f"{vm_dir}/disk"], env={"PATH": PATH},
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"mounting the VM's disk: {proc.stderr.strip()}")
+    root, upper, work = f"{vm_dir}/root", f"{vm_dir}/disk/upper", f"{vm_dir}/disk/work"
+    os.makedirs(upper, exist_ok=True)  # (a restart finds them on its disk)
+    os.makedirs(work, exist_ok=True)
+    lower = ":".join(spec["image"]["layers"])
+    mount("overlay", root, "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
+    return root
 
 
-def remove(path):
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.remove(path)
+def mount_system(root):
+    mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("sysfs", f"{root}/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    dev = f"{root}/dev"
+    tmpfs(dev, "755", MS_NOSUID)
+    for name, (major, minor) in DEVICES.items():
+        os.mknod(f"{dev}/{name}", 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        os.chmod(f"{dev}/{name}", 0o666)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx")):
+        os.symlink(target, f"{dev}/{name}")
+    os.mkdir(f"{dev}/pts")
+    mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+          f"newinstance,ptmxmode=0666,mode=0620,gid={TTY_GID}")
+    os.mkdir(f"{dev}/shm")
+    tmpfs(f"{dev}/shm", "1777")
+    tmpfs(f"{root}/run", "755")
+    for path, mode in (("sshd", 0o755), ("lock", 0o1777)):
+        os.mkdir(f"{root}/run/{path}")
+        os.chmod(f"{root}/run/{path}", mode)
 
 
-def build_filesystem(spec, files):
-    image, layer = spec["image"], spec["vm_dir"] + "/layer"
-    # mount points are never created: until / is read-only, that would write into the host's filesystem
-    missing = [p for p in HOST_MOUNT_POINTS if not os.path.isdir(p)]
-    if missing:
-        raise RuntimeError(f"the host lacks {missing}: cannot cover them with the VM's own")
-    tmpfs(layer)
-    # bind every lower layer into the VM's layer first: some of them are about to be hidden
-    lowers = {"etc": "/etc", "var": "/var", "scripts": image["usr_local"], "patch": image["python_patch"],
-              "python": image["python_root"], "sp": image["venv_site_packages"]}
-    for name, path in list(lowers.items()):
-        if not path:
-            del lowers[name]
-            continue
-        lowers[name] = f"{layer}/lower/{name}"
-        os.makedirs(lowers[name])
-        mount(path, lowers[name], None, MS_BIND)
-    overlay("/etc", lowers["etc"], layer, "etc")
-    overlay("/var", lowers["var"], layer, "var")
-    overlay("/usr/local", ":".join(lowers[k] for k in ("scripts", "patch", "python") if k in lowers),
-            layer, "usrlocal")
-    site_packages = os.path.join("/usr/local", image["site_packages_rel"])
-    overlay(site_packages, lowers["sp"], layer, "sp")
-    for name in image["hidden"]:
-        remove(os.path.join(site_packages, name))
-    os.makedirs("/var/lib/dlrun", exist_ok=True)  # in the VM's /var
-    for target, mode in (("/home", "755"), ("/root", "700"), ("/run", "755"), ("/opt", "755"),
-                         ("/dev/shm", "1777"), ("/var/lib/dlrun", "755")):
-        tmpfs(target, mode)
-    os.makedirs("/run/sshd", mode=0o755)
-    if os.path.isdir(image["project_root"]):
-        mount("vmhidden", image["project_root"], "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=755")
-    for name in os.listdir("/etc/ssh"):
-        if name.startswith("ssh_host_"):
-            os.remove(os.path.join("/etc/ssh", name))  # the host's keys are not the VM's
+def pivot_into(root):
+    """pivot_root(2) with new and old root at the same place, then the old one detached (as
+    switch_root/runc do): afterwards only the VM's mounts exist in this namespace."""
+    os.chdir(root)
+    _check(_libc.syscall(SYS_PIVOT_ROOT, b".", b"."), f"pivot_root into {root}")
+    _check(_libc.umount2(b".", MNT_DETACH), "detaching the host's root")
+    os.chdir("/")
+
+
+def write_files(files):
     for f, data in files:
         os.makedirs(os.path.dirname(f["path"]), exist_ok=True)
         for d in f.get("dirs", []):  # (path, mode, uid, gid) of directories to create with owners
             os.makedirs(d[0], exist_ok=True)
             os.chmod(d[0], d[1])
             os.chown(d[0], d[2], d[3])
+        if f.get("skel") and os.path.isdir("/etc/skel"):  # as `useradd -m` does
+            uid, gid = f["uid"], f["gid"]
+            for name in os.listdir("/etc/skel"):
+                target = os.path.join(f["skel"], name)
+                if os.path.isfile(os.path.join("/etc/skel", name)) and not os.path.exists(target):
+                    shutil.copy2(os.path.join("/etc/skel", name), target)
+                    os.chown(target, uid, gid)
         with open(f["path"], "wb") as out:
             out.write(data)
         os.chmod(f["path"], f["mode"])
         os.chown(f["path"], f.get("uid", 0), f.get("gid", 0))
-    tmpfs("/tmp", "1777")  # last: it hides the layers (under the lab's directory in /tmp)
-    mount("none", "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
 
 
-def run_boot_script(path, console):
-    with open(path, "rb") as f:
-        head = f.readline()
-    if head.startswith(b"#cloud-config"):
-        os.write(console, b"[vm] user data is cloud-config: nothing to run\n")
-        return None
-    argv = [path] if head.startswith(b"#!") else ["bash", path]
-    return subprocess.Popen(argv, cwd="/", env={"PATH": PATH}, stdin=subprocess.DEVNULL,
-                            stdout=console, stderr=console, close_fds=True)
+def build_filesystem(spec, files):
+    root = mount_root(spec)
+    mount_system(root)
+    pivot_into(root)
+    if not spec.get("first_boot", True):
+        for name in os.listdir("/tmp"):  # systemd-tmpfiles empties /tmp at boot (tmp.conf: D /tmp)
+            path = os.path.join("/tmp", name)
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+    write_files(files)
+
+
+PER_BOOT = "/var/lib/cloud/scripts/per-boot"
+RUNNER = """#!/bin/bash
+# the emulated VM's script runners, in cloud-init's order (scripts_per_boot, then scripts_user) with GCE's
+# startup script last: each runs to its end, its output on the console
+run() {  # WHAT PATH
+    if head -c 13 "$2" | grep -q '^#cloud-config'; then echo "[vm] $1 is cloud-config: nothing to run"; return; fi
+    chmod 700 "$2"
+    if [ "$(head -c 2 "$2")" = "#!" ]; then "$2"; else bash "$2"; fi
+    echo "[vm] $1 exited with status $?"
+}
+for script in %(per_boot)s/*; do
+    [ -f "$script" ] && [ -x "$script" ] && run "per-boot script $script" "$script"
+done
+%(main)s
+"""
+
+
+def run_boot_scripts(spec, console):
+    """The scripts a boot runs (RUNNER, as one process): cloud-init's per-boot scripts at every boot; EC2
+    user data at the first boot only (cloud-init: once per instance); GCE's startup-script at every boot,
+    from a fresh temporary directory as the guest agent writes it (google_metadata_script_runner), removed
+    after it ran."""
+    main = ""
+    if spec.get("user_data") and spec.get("first_boot", True):
+        main = f'run "user data script" {spec["user_data"]}'
+    elif spec.get("startup_script_data") is not None:
+        data = spec["startup_script_data"]
+        directory = f"/tmp/metadata-scripts{os.getpid()}{int(time.time() * 1000) % 100000}"
+        os.makedirs(directory, mode=0o700)
+        with open(f"{directory}/startup-script", "wb") as f:
+            f.write(data)
+        main = f'run "startup script" {directory}/startup-script; rm -rf {directory}  # (the agent cleans up)'
+    os.makedirs("/run/vm-init", exist_ok=True)
+    with open("/run/vm-init/run-scripts", "w") as f:
+        f.write(RUNNER % {"per_boot": PER_BOOT, "main": main})
+    return subprocess.Popen(["bash", "/run/vm-init/run-scripts"], cwd="/", env={"PATH": PATH},
+                            stdin=subprocess.DEVNULL, stdout=console, stderr=console, close_fds=True)
 
 
 def other_processes():
@@ -165,9 +230,9 @@ def main():
     for f in spec["files"]:
         with open(f["src"], "rb") as src:
             files.append((f, src.read()))
-    # the logs are written through a bind mount of the VM's directory, not through the host's root
-    # mount: a mount with open writers cannot be made read-only (EBUSY) and / is made so at the end
-    mount(spec["vm_dir"], spec["vm_dir"], None, MS_BIND)
+    if spec.get("startup_script"):  # read now: the host's files are out of reach once in the VM's root
+        with open(spec["startup_script"], "rb") as src:
+            spec["startup_script_data"] = src.read()
     console = os.open(spec["console_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     sshd_log = os.open(spec["sshd_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     init_log = os.open(spec["init_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -188,8 +253,8 @@ def main():
     os.dup2(init_log, 1)
     os.dup2(init_log, 2)
     sys.stdout = os.fdopen(1, "w", buffering=1)
-    os.write(console, f"[vm] {spec['hostname']} up, running user data\n".encode())
-    boot = run_boot_script(spec["boot_script"], console) if spec.get("boot_script") else None
+    os.write(console, f"[vm] {spec['hostname']} up, running its boot scripts\n".encode())
+    boot = run_boot_scripts(spec, console)
     sshd, sshd_at = None, time.monotonic() + float(spec.get("sshd_delay_s") or 0)
     power = None  # "poweroff" or "halt" once requested
 
@@ -202,9 +267,7 @@ def main():
             if pid == 0:
                 return
             if boot is not None and pid == boot.pid:
-                code = os.waitstatus_to_exitcode(status)
-                os.write(console, f"[vm] user data script exited with status {code}\n".encode())
-                boot.returncode = code
+                boot.returncode = os.waitstatus_to_exitcode(status)
             elif sshd is not None and pid == sshd.pid:
                 print(f"sshd exited: {os.waitstatus_to_exitcode(status)}")
 
