@@ -21,9 +21,8 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 
-from tests.fakes.http import LocalHttpServer
+from tests.fakes.http import LocalHttpServer, QuietHandler
 
 SQ_PAGE = 100
 # the EC2 vCPU quotas as the real API names them (docs.aws.amazon.com/ec2/latest/instancetypes/ec2-instance-quotas.html)
@@ -147,7 +146,7 @@ def _page(items: list, key: str, params: dict, size: int, extra: dict | None = N
 def _handler_for(fake: AwsApis):
     from botocore.validate import validate_parameters
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self):
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             target = self.headers.get("X-Amz-Target", "")
@@ -175,14 +174,6 @@ def _handler_for(fake: AwsApis):
                 status = 200
             except _ApiError as e:
                 status, body = 400, {"__type": e.code, "message": str(e)}
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/x-amz-json-1.1")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
+            self.reply(status, json.dumps(body).encode(), "application/x-amz-json-1.1")
 
     return Handler

@@ -18,10 +18,9 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
-from tests.fakes.http import LocalHttpServer
+from tests.fakes.http import LocalHttpServer, QuietHandler
 
 COMPUTE = "6F81-5844-456A"
 MAX_PAGE = 5000
@@ -60,7 +59,7 @@ class BillingCatalog(LocalHttpServer):
     def make_handler(self):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):
                 url = urlparse(self.path)
                 q = parse_qs(url.query)
@@ -80,14 +79,6 @@ class BillingCatalog(LocalHttpServer):
                     page = fake.skus[start:start + size]
                     more = start + size < len(fake.skus)
                     status, body = 200, {"skus": page, "nextPageToken": str(start + size) if more else ""}
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
+                self.reply(status, json.dumps(body).encode(), "application/json; charset=UTF-8")
 
         return Handler

@@ -26,10 +26,9 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
-from tests.fakes.http import LocalHttpServer
+from tests.fakes.http import LocalHttpServer, QuietHandler
 
 MAX_RESULTS = 500
 BASE = "https://www.googleapis.com/compute/v1/projects"
@@ -164,21 +163,13 @@ def _error(code: int, message: str, reason: str) -> dict:
 
 
 def _handler_for(fake: GceCatalog):
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
             url = urlparse(self.path)
             try:
                 status, payload = fake.handle(url.path, parse_qs(url.query))
             except ValueError as e:
                 status, payload = 400, _error(400, str(e), "invalid")
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
+            self.reply(status, json.dumps(payload).encode(), "application/json; charset=UTF-8")
 
     return Handler

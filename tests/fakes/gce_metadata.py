@@ -23,9 +23,8 @@ guest attributes, identity tokens.
 from __future__ import annotations
 
 import json
-from http.server import BaseHTTPRequestHandler
 
-from tests.fakes.http import LocalHttpServer
+from tests.fakes.http import LocalHttpServer, QuietHandler
 
 BASE = "/computeMetadata/v1/"
 PROJECT_NUMBER = "1234567890"  # the fake project's number (gce_network.py's projects.get answers it too)
@@ -107,7 +106,7 @@ class FakeGceMetadata(LocalHttpServer):
 
 
 def handler_for(fake: FakeGceMetadata):
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
             path, _, query = self.path.partition("?")
             fake.requests.append(path)
@@ -115,15 +114,6 @@ def handler_for(fake: FakeGceMetadata):
                 status, ctype, body = 403, "text/plain", "Missing Metadata-Flavor:Google header."
             else:
                 status, ctype, body = fake.answer(path, query)
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Metadata-Flavor", "Google")
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
+            self.reply(status, body.encode(), ctype, {"Metadata-Flavor": "Google"})
 
     return Handler

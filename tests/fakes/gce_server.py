@@ -50,13 +50,12 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Callable
 from urllib.parse import parse_qs, urlparse
 
 from tests.fakes.gce_errors import NAME_RE, ApiError, bad_request
 from tests.fakes.gce_network import BUILT_IN_ACCELERATORS, NetworkApi
-from tests.fakes.http import LocalHttpServer
+from tests.fakes.http import LocalHttpServer, QuietHandler
 
 PREFIX = "/compute/v1/projects/"
 LABEL_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
@@ -609,7 +608,7 @@ def _listing(kind: str, items: list[dict]) -> dict:
 
 
 def _handler_for(fake: FakeGce):
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _serve(self):
             url = urlparse(self.path)
             length = int(self.headers.get("Content-Length") or 0)
@@ -620,16 +619,8 @@ def _handler_for(fake: FakeGce):
                 body = None
             status, payload = fake.handle(self.command, url.path, parse_qs(url.query), body,
                                           self.headers.get("Authorization", ""))
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.reply(status, json.dumps(payload).encode(), "application/json; charset=UTF-8")
 
         do_GET = do_POST = do_DELETE = _serve
-
-        def log_message(self, *args):  # keep test output quiet
-            pass
 
     return Handler

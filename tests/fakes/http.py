@@ -4,11 +4,26 @@ one home for starting it on a free port of 127.0.0.1, its endpoint, and stopping
     with LocalHttpServer(Handler) as server:        # a stand-in with a handler class
         urlopen(server.endpoint + "/api/version")
 
-A fake that builds its handler from its own state subclasses it and overrides make_handler()."""
+A fake that builds its handler from its own state subclasses it and overrides make_handler(); its handler
+class derives from QuietHandler (no access log on the test output; reply() sends a whole answer)."""
 from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    def reply(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
 
 
 class LocalHttpServer:
