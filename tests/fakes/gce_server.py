@@ -553,7 +553,9 @@ def _validate_instance(zone: str, body: dict) -> None:
     if scheduling.get("provisioningModel") == "SPOT" and scheduling.get("automaticRestart", True):
         raise bad_request("Invalid value for field 'resource.scheduling.automaticRestart': 'true'. "
                           "Spot instances cannot be automatically restarted.")
-    if scheduling.get("provisioningModel") == "SPOT" and scheduling.get("onHostMaintenance") != "TERMINATE":
+    # "For preemptible instances, the default and only possible behavior is TERMINATE" (Instance resource,
+    # scheduling.onHostMaintenance): unset is fine, an explicit MIGRATE is refused
+    if scheduling.get("provisioningModel") == "SPOT" and scheduling.get("onHostMaintenance") == "MIGRATE":
         raise bad_request("Invalid value for field 'resource.scheduling.onHostMaintenance': 'MIGRATE'. "
                           "Spot instances do not support live migration.")
 
