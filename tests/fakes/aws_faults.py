@@ -202,5 +202,5 @@ def end_while_starting(target, region: str, code: str = "Server.InsufficientInst
                 ended.state_reason = StateReason(text, code)
                 ended._reason = text
 
-    _events(target).register(f"after-call.ec2.RunInstances", handler)
+    _events(target).register("after-call.ec2.RunInstances", handler)
     return log
