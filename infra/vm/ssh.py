@@ -251,13 +251,8 @@ class Tunnel:
             _tunnels.get(self.cluster.cluster_id, set()).discard(self)
             if proc is not None:
                 _procs.get(self.cluster.cluster_id, set()).discard(proc)
-        if proc and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            _stop(proc)
         if proc and proc.stderr:
             proc.stderr.close()
 

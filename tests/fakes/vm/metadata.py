@@ -57,87 +57,63 @@ def in_netns(netns: str, make: Callable[[], object]):
     return box["value"]
 
 
-class VmMetadata(MetadataState):
-    def __init__(self, netns: str, *, role: Callable[[], tuple[str, dict] | None] = lambda: None,
-                 s3_port: int | None = None):
-        super().__init__(role)
-        self.netns, self.s3_port = netns, s3_port
+class _VmEndpoints:
+    """What both clouds' VMs get: a metadata server on METADATA_IP:80 inside the VM's network namespace,
+    and forwarders from 127.0.0.1:PORT in the VM to 127.0.0.1:PORT here (the fake cloud's endpoints)."""
+
+    def __init__(self, netns: str):
+        self.netns = netns
         self._servers: list = []
         self._stop = threading.Event()
+
+    def _serve(self, handler, name: str, forward_ports) -> None:
+        ip("-n", self.netns, "addr", "add", f"{METADATA_IP}/32", "dev", "lo")
+        httpd = in_netns(self.netns, lambda: http.server.ThreadingHTTPServer((METADATA_IP, 80), handler))
+        self._servers.append(httpd)
+        threading.Thread(target=httpd.serve_forever, daemon=True, name=f"{name}-{self.netns}").start()
+        for port in forward_ports:
+            listener = in_netns(self.netns, lambda port=port: socket.create_server(("127.0.0.1", port)))
+            self._servers.append(listener)
+            threading.Thread(target=_forward_loop, args=(listener, port, self._stop), daemon=True,
+                             name=f"fwd-{port}-{self.netns}").start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for s in self._servers:
+            if isinstance(s, http.server.HTTPServer):
+                s.shutdown()
+                s.server_close()
+            else:
+                s.close()
+
+
+class VmMetadata(MetadataState, _VmEndpoints):
+    def __init__(self, netns: str, *, role: Callable[[], tuple[str, dict] | None] = lambda: None,
+                 s3_port: int | None = None):
+        MetadataState.__init__(self, role)
+        _VmEndpoints.__init__(self, netns)
+        self.s3_port = s3_port
 
     def start(self) -> "VmMetadata":
         # minted now: the instance profile is there from launch, and IMDS answers within botocore's 1 s
         credentials = self.role()
         self.role = lambda: credentials
-        ip("-n", self.netns, "addr", "add", f"{METADATA_IP}/32", "dev", "lo")
-        handler = metadata_handler(self)
-        httpd = in_netns(self.netns, lambda: http.server.ThreadingHTTPServer((METADATA_IP, 80), handler))
-        self._servers.append(httpd)
-        threading.Thread(target=httpd.serve_forever, daemon=True, name=f"imds-{self.netns}").start()
-        if self.s3_port:
-            listener = in_netns(self.netns, lambda: socket.create_server(("127.0.0.1", self.s3_port)))
-            self._servers.append(listener)
-            threading.Thread(target=self._forward_loop, args=(listener,), daemon=True,
-                             name=f"s3-fwd-{self.netns}").start()
+        self._serve(metadata_handler(self), "imds", [self.s3_port] if self.s3_port else [])
         return self
 
-    def stop(self) -> None:
-        self._stop.set()
-        for s in self._servers:
-            if isinstance(s, http.server.HTTPServer):
-                s.shutdown()
-                s.server_close()
-            else:
-                s.close()
 
-    # ------------------------------------------------------------ S3 forwarding
-    def _forward_loop(self, listener: socket.socket) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.s3_port), timeout=10)
-            except OSError:
-                conn.close()
-                continue
-            upstream.settimeout(None)
-            for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
-
-
-class GceVmMetadata:
+class GceVmMetadata(_VmEndpoints):
     """A GCE VM's 169.254.169.254 (the fake metadata server for its instance) and its port forwarders."""
 
     def __init__(self, netns: str, metadata, forward_ports: tuple[int, ...] = ()):
-        self.netns, self.metadata, self.forward_ports = netns, metadata, tuple(p for p in forward_ports if p)
-        self._servers: list = []
-        self._stop = threading.Event()
+        super().__init__(netns)
+        self.metadata, self.forward_ports = metadata, tuple(p for p in forward_ports if p)
 
     def start(self) -> "GceVmMetadata":
         from ..gce_metadata import handler_for
 
-        ip("-n", self.netns, "addr", "add", f"{METADATA_IP}/32", "dev", "lo")
-        handler = handler_for(self.metadata)
-        httpd = in_netns(self.netns, lambda: http.server.ThreadingHTTPServer((METADATA_IP, 80), handler))
-        self._servers.append(httpd)
-        threading.Thread(target=httpd.serve_forever, daemon=True, name=f"gce-md-{self.netns}").start()
-        for port in self.forward_ports:
-            listener = in_netns(self.netns, lambda port=port: socket.create_server(("127.0.0.1", port)))
-            self._servers.append(listener)
-            threading.Thread(target=_forward_loop, args=(listener, port, self._stop), daemon=True,
-                             name=f"fwd-{port}-{self.netns}").start()
+        self._serve(handler_for(self.metadata), "gce-md", self.forward_ports)
         return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        for s in self._servers:
-            if isinstance(s, http.server.HTTPServer):
-                s.shutdown()
-                s.server_close()
-            else:
-                s.close()
 
 
 def _forward_loop(listener: socket.socket, port: int, stop: threading.Event) -> None:
