@@ -2,10 +2,10 @@
 package index: python3 without `venv`/`ensurepip` and without pip gets uv from the index (the real uv
 wheel, checked against the pinned sha256), a venv, and a real package installed into it.
 
-The root (`mmdebstrap --variant=minbase` + python3, ca-certificates, iproute2, procps, curl, sudo) stands in
-for Canonical's Ubuntu cloud images: Debian's python3 split exactly as Ubuntu's (no ensurepip, no pip), no
-ML packages. It is what the lab's rootfs.py builds (its cache is used when that module is there), else
-this file's own build, cached once under ~/.cache/dlrun-lab/boot-test/. Each run gets the root under an
+The root is the lab's stock image (tests/fakes/vm/rootfs.py: `mmdebstrap --variant=minbase` + python3,
+ca-certificates, iproute2, procps, curl, sudo, openssh-server, built once per machine), the stand-in for
+Canonical's Ubuntu cloud images: Debian's python3 split exactly as Ubuntu's (no ensurepip, no pip), no
+ML packages. Each run gets the root under an
 overlay (the cached root is never written) in its own mount and PID namespaces, chrooted, with `env -i` as
 cloud-init runs user-data; it shares this machine's network, so the index is a PEP 503 directory served on
 127.0.0.1 (real wheels downloaded once from PyPI into ~/.cache/dlrun-lab/wheels). What it does not
@@ -17,7 +17,6 @@ for the one-time wheel download.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import http.server
@@ -26,30 +25,18 @@ import shlex
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from infra.base import BootstrapConfig
 from infra.vm.bootstrap import UV_VERSION, UV_WHEELS, install_phase, prologue
+from tests.fakes.http import LocalHttpServer
+from tests.fakes.vm.rootfs import cache_dir
+from tests.fakes.vm.rootfs import stock_root as lab_stock_root
 
-CACHE = Path(os.environ.get("DLRUN_LAB_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-             / "dlrun-lab")
+CACHE = cache_dir()  # the lab's cache: one stock root and one wheel store for both
 PACKAGE = ("six", "1.17.0")  # one small real package (pure Python, no dependencies)
-STOCK_PACKAGES = ("python3", "ca-certificates", "iproute2", "procps", "curl", "sudo")
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _problem() -> str | None:
@@ -64,33 +51,11 @@ def _problem() -> str | None:
     return None
 
 
-def _own_root() -> Path:
-    """This file's own stock root, built once (directory format) under a lock."""
-    key = hashlib.sha256(repr(("bookworm", "minbase", STOCK_PACKAGES)).encode()).hexdigest()[:12]
-    home = CACHE / "boot-test" / f"stock-{key}"
-    if (home / "done").exists():
-        return home / "root"
-    with _locked(CACHE / "boot-test" / ".lock"):
-        if not (home / "done").exists():
-            if any(f" {home}/" in line for line in Path("/proc/mounts").read_text().splitlines()):
-                pytest.skip(f"a killed mmdebstrap left file systems mounted under {home}: unmount them first")
-            shutil.rmtree(home, ignore_errors=True)
-            home.mkdir(parents=True)
-            proc = subprocess.run(["mmdebstrap", "--variant=minbase", f"--include={','.join(STOCK_PACKAGES)}",
-                                   "bookworm", str(home / "root")], capture_output=True, text=True, timeout=900)
-            if proc.returncode != 0:
-                pytest.skip(f"mmdebstrap could not build the stock root: {proc.stderr[-500:]}")
-            (home / "done").touch()
-    return home / "root"
-
-
-@functools.lru_cache(maxsize=1)
 def stock_root() -> Path:
-    try:  # the lab's image (tests/fakes/vm/rootfs.py) when this checkout has it: one build for both
-        from tests.fakes.vm.rootfs import stock_root as lab_stock_root
-    except ImportError:
-        return _own_root()
-    return lab_stock_root()
+    try:
+        return lab_stock_root()
+    except RuntimeError as e:  # mmdebstrap missing or failing: say why
+        pytest.skip(f"the lab's stock root could not be built: {str(e)[-500:]}")
 
 
 def _wheels() -> dict[str, Path]:
@@ -132,18 +97,11 @@ def write_index(root: Path, wheels: dict, *, sha256_of=None, path: str = "simple
 @contextlib.contextmanager
 def serve(directory: Path):
     """The directory over HTTP on 127.0.0.1 (a thread of this process); yields the base URL."""
-    handler = functools.partial(QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with LocalHttpServer(functools.partial(StaticFiles, directory=str(directory))) as server:
+        yield server.endpoint
 
 
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
+class StaticFiles(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
