@@ -11,23 +11,19 @@ train the example to its accuracy there, tear the cluster down, and leave nothin
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import urllib.request
-from pathlib import Path
 
 import boto3
 import pytest
 
+from tests.e2e.test_cloud_vm_e2e import aws_lab_env, dlrun
 from tests.fakes.aws_images import seed_image_parameters
 from tests.fakes.aws_vpc import no_default_vpc
 from tests.fakes.vm.clouds import wait_until
-from tests.fakes.vm.fixtures import vm_support_problem, write_mirrors
+from tests.fakes.vm.fixtures import vm_support_problem
 from tests.fakes.vm.lab import VmLab
 from tests.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
 
-ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
 LIVE = ["pending", "running", "stopping", "stopped", "shutting-down"]
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
@@ -65,19 +61,7 @@ def lab(moto_server):
 
 @pytest.fixture
 def env(lab, dlrun_home, moto_server):
-    write_mirrors(dlrun_home, lab)  # the nodes' packages come from the lab's index (config.yaml mirrors)
-    e = dict(os.environ, DLRUN_HOME=str(dlrun_home), RAY_USAGE_STATS_ENABLED="0", DLRUN_LOCAL_GPUS="none",
-             DLRUN_SSH_CONFIG=str(lab.ssh_config), DLRUN_SSH_CIDR="203.0.113.7/32", DLRUN_NODE_POLL_S="1",
-             DLRUN_BOOT_TIMEOUT="240", DLRUN_SSH_WAIT_S="120",
-             AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION=REGION,
-             AWS_ENDPOINT_URL=moto_server, AWS_EC2_METADATA_DISABLED="true")
-    e.pop("DLRUN_RAY_ADDRESS", None)
-    return e
-
-
-def dlrun(*args, env, timeout=600, stdin=None):
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=timeout, input=stdin)
+    return aws_lab_env(lab, dlrun_home, moto_server)
 
 
 def instances(moto_server, job, states=None) -> list[dict]:

@@ -60,6 +60,11 @@ def lab(moto_server, vm_lab_cache):
 
 @pytest.fixture
 def env(lab, dlrun_home, moto_server):
+    return aws_lab_env(lab, dlrun_home, moto_server)
+
+
+def aws_lab_env(lab, dlrun_home, moto_server) -> dict:
+    """dlrun's environment for AWS runs on the lab's VMs (moto's server as EC2)."""
     # the VMs have no route off this machine: packages come from the lab's index, which dlrun's nodes
     # use through the user setting for corporate / air-gapped networks ($DLRUN_HOME/config.yaml mirrors)
     write_mirrors(dlrun_home, lab)
@@ -80,9 +85,9 @@ def job_file(tmp_path, *, cloud="aws", region=REGION, spot="never", nodes=1, epo
     return p
 
 
-def dlrun(*args, env, timeout=600):
+def dlrun(*args, env, timeout=600, stdin=None):
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=timeout)
+                          cwd=ROOT, env=env, timeout=timeout, input=stdin)
 
 
 def status(job, env) -> dict:
