@@ -53,7 +53,7 @@ def warm_profile(spec, stream=None) -> None:
     own = bool(spec.run)  # the user's model, imported from the workdir
     if (cached_in_workdir(spec.workload, spec.workdir) if own else cached_profile(spec.workload)) is not None:
         return
-    with profiling_notice(spec.workload.model.rpartition(":")[2] or spec.workload.model, stream):
+    with profiling_notice(spec.workload.label.rpartition(":")[2] or spec.workload.label, stream):
         measure_in_workdir(spec.workload, spec.workdir) if own else measure(spec.workload)
 
 

@@ -50,12 +50,12 @@ def measure_in_workdir(workload, workdir: str | None, *, refresh: bool = False) 
             proc = subprocess.run([sys.executable, "-m", __name__, str(src), str(out)], cwd=workdir,
                                   env=child_env(workdir), capture_output=True, text=True, timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise SpecError(f"workload.model: profiling {workload.model} took over {TIMEOUT_S} s; "
-                            "give a smaller model factory or a reference: instead") from None
+            raise SpecError(f"{_field(workload)}: profiling {workload.label} took over {TIMEOUT_S} s; "
+                            "give a smaller model or a reference: instead") from None
         answer = json.loads(out.read_text()) if out.exists() else None
     if answer is None:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SpecError(f"workload.model: profiling {workload.model} crashed ({last}); check the model factory")
+        raise SpecError(f"{_field(workload)}: profiling {workload.label} crashed ({last}); check the model")
     if "error" in answer:
         raise SpecError(answer["error"])
     prof = WorkloadProfile.from_json(answer["profile"])
@@ -63,6 +63,10 @@ def measure_in_workdir(workload, workdir: str | None, *, refresh: bool = False) 
     tmp_path.write_text(json.dumps(prof.to_json()))
     tmp_path.replace(path)
     return prof
+
+
+def _field(workload) -> str:
+    return "workload.hf" if workload.hf is not None else "workload.model"
 
 
 def _child(src: str, out: str) -> None:
@@ -75,8 +79,9 @@ def _child(src: str, out: str) -> None:
     except SpecError as e:
         answer = {"error": e.message}
     except Exception as e:  # the user's model code failed: say where, not a traceback
-        answer = {"error": f"workload.model: {workload.model} failed while profiling "
-                           f"({type(e).__name__}: {e}); check the model and workload.input_shape"}
+        answer = {"error": f"{_field(workload)}: {workload.label} failed while profiling "
+                           f"({type(e).__name__}: {e}); check the model and workload."
+                           f"{'seq_len' if workload.hf is not None else 'input_shape'}"}
     Path(out).write_text(json.dumps(answer))
 
 

@@ -13,7 +13,9 @@ import importlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+from orchestrator.errors import SpecError
 from orchestrator.paths import profiles_dir
 
 PROFILE_VERSION = 3
@@ -128,6 +130,18 @@ def measure(workload, *, measure_local: bool = True, refresh: bool = False) -> W
 
 def profile_now(workload, *, measure_local: bool = True) -> WorkloadProfile:
     """The static profile and, when small enough, the measured local step (no cache)."""
+    try:
+        return _profile_now(workload, measure_local)
+    except Exception as e:
+        if workload.hf is None or isinstance(e, SpecError):
+            raise
+        # transformers rejected the config while running it (a missing token id, a shape it cannot take)
+        first = (str(e).splitlines() or [""])[0]
+        raise SpecError(f"workload.hf: {workload.label.removeprefix('hf:')} failed while profiling "
+                        f"({type(e).__name__}: {first}); check the config and workload.seq_len") from None
+
+
+def _profile_now(workload, measure_local: bool) -> WorkloadProfile:
     prof = _static_profile(workload)
     if measure_local:
         from orchestrator.planning.estimator import cpu_roofline_step_seconds
@@ -147,9 +161,13 @@ def profile_now(workload, *, measure_local: bool = True) -> WorkloadProfile:
 def build_model(workload, device: str = "cpu"):
     import torch
 
-    module_name, _, attr = workload.model.partition(":")
-    from orchestrator.errors import SpecError
+    if workload.hf is not None:
+        from orchestrator.planning.hf_workload import build_training_model, resolve_config
 
+        config = resolve_config(workload.hf, Path.cwd(), "workload")  # a str only where no job file was read
+        with torch.device(device):
+            return build_training_model(config, workload.seq_len)
+    module_name, _, attr = workload.model.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
@@ -165,9 +183,9 @@ def make_batch(workload, device: str = "cpu", batch_size: int | None = None):
     import torch
 
     b = batch_size or workload.batch_size
-    shape = (b, *workload.input_shape)
-    if workload.input_dtype == "long":
-        high = int(workload.model_kwargs.get("vocab_size", 2))
+    shape = (b, *workload.sample_shape)
+    if workload.hf is not None or workload.input_dtype == "long":
+        high = int((workload.hf if isinstance(workload.hf, dict) else workload.model_kwargs).get("vocab_size", 2))
         x = torch.randint(0, max(high, 1), shape, device=device) if device != "meta" else \
             torch.empty(shape, dtype=torch.long, device=device)
     else:
@@ -182,6 +200,8 @@ def loss_of(out, y, num_classes: int):
 
     if isinstance(out, (tuple, list)):
         out = out[0]
+    if out.dim() == 0:  # the model computed its own loss (a Hugging Face head given labels)
+        return out
     if out.dim() == 2 and out.shape[1] == num_classes:
         return F.cross_entropy(out, y)
     return out.float().square().mean()
@@ -199,6 +219,8 @@ def model_family(model) -> str:
     """A coarse architecture family, the key (with the GPU) for learning from finished runs."""
     import torch.nn as nn
 
+    if hasattr(model, "dlrun_family"):  # a model dlrun built itself (hf_workload) says what it is
+        return model.dlrun_family
     kinds = {type(m) for m in model.modules()}
     if any(issubclass(k, (nn.MultiheadAttention, nn.TransformerEncoderLayer)) for k in kinds):
         return "attention"
@@ -278,7 +300,7 @@ def _static_profile(workload) -> WorkloadProfile:
     ops = [OpCost(name, int(c), float(f), float(b) * (precision_scale if f == 0 else 1.0))
            for name, (c, f, b) in sorted(recorder.ops.items())]
     return WorkloadProfile(
-        model=workload.model, model_family=family, precision=workload.precision,
+        model=workload.label, model_family=family, precision=workload.precision,
         batch_size=workload.batch_size, steps_per_epoch=workload.steps_per_epoch, epochs=workload.epochs,
         params=int(n_params),
         weight_bytes=4.0 * n_params, grad_bytes=4.0 * n_params,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from infra.catalog import canonical_gpu, gpu_names
 from orchestrator.errors import SpecError
+from orchestrator.planning.workload import Workload
 
 CLOUDS = BACKEND_NAMES
 CloudName = Literal[BACKEND_NAMES]  # type: ignore[valid-type]  (the registry's names)
@@ -128,37 +129,6 @@ class Budget(_Strict):
     @property
     def deadline_seconds(self) -> float | None:
         return parse_duration(self.deadline) if self.deadline is not None else None
-
-
-class Workload(_Strict):
-    model: str = Field(..., description="model factory, module:callable (e.g. jobs.cnn:SimpleCNN)")
-    model_kwargs: dict[str, Any] = Field(default_factory=dict)
-    input_shape: list[int] = Field(..., min_length=1)
-    input_dtype: Literal["float32", "long"] = "float32"
-    num_classes: int = Field(10, ge=1)
-    batch_size: int = Field(..., ge=1)
-    dataset_size: int = Field(..., ge=1)
-    epochs: int = Field(..., ge=1)
-    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
-    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
-
-    @field_validator("model")
-    @classmethod
-    def _factory(cls, v):
-        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", v):
-            raise ValueError(f"'{v}' is not module:callable (e.g. jobs.cnn:SimpleCNN)")
-        return v
-
-    @field_validator("input_shape")
-    @classmethod
-    def _shape(cls, v):
-        if any(d < 1 for d in v):
-            raise ValueError("every dimension must be >= 1")
-        return v
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return -(-self.dataset_size // self.batch_size)
 
 
 class Reference(_Strict):
@@ -375,6 +345,11 @@ def apply_overrides(spec: JobSpec, where: str, *, max_cost=None, deadline=None) 
         from orchestrator.planning.workdir import check_workdir
 
         check_workdir(spec.workdir, where)
+    if spec.workload is not None and isinstance(spec.workload.hf, str):  # read now: the cluster has no such file
+        from orchestrator.planning.hf_workload import resolve_config
+
+        config = resolve_config(spec.workload.hf, Path(where).parent, where)
+        spec = spec.model_copy(update={"workload": spec.workload.model_copy(update={"hf": config})})
     if spec.data:
         from orchestrator.planning.data_inputs import check_data
 

@@ -80,7 +80,7 @@ def _model_family(plan, spec: JobSpec) -> str:
     family = getattr(getattr(plan, "profile", None), "model_family", None)
     if family and family != "unknown":
         return family
-    return spec.workload.model if spec.workload else (spec.job or "custom")
+    return spec.workload.label if spec.workload else (spec.job or "custom")
 
 
 def record_job(spec: JobSpec, plan, *, store: Store | None = None, schedule_id: str | None = None) -> str:
