@@ -27,9 +27,10 @@ TOOLS = ("ssh", "ssh-keygen", "ip", "unshare", "nsenter", "setpriv", "mount", "m
 
 def vm_support_problem() -> str | None:
     """Why the VM lab cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "the VM lab needs root (network, mount and PID namespaces, a bridge)"
     missing = [t for t in TOOLS if not shutil.which(t)]
+    if os.geteuid() != 0:  # the packages too, when they are missing: one reason says all that is lacking
+        packages = f" and {', '.join(missing)}: apt-get install -y {APT_PACKAGES}" if missing else ""
+        return f"the VM lab needs root (network, mount and PID namespaces, a bridge){packages}"
     if missing:
         return f"the VM lab needs {', '.join(missing)}: apt-get install -y {APT_PACKAGES}"
     if not stock_inputs_cached() and mmdebstrap_problem():
