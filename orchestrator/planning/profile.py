@@ -97,7 +97,8 @@ class WorkloadProfile:
 
 
 def workload_hash(workload) -> str:
-    blob = json.dumps({"v": PROFILE_VERSION, "w": workload.model_dump(mode="json")}, sort_keys=True)
+    # unset fields left out: a model: workload keeps the hash (and cached profile) it had before hf: existed
+    blob = json.dumps({"v": PROFILE_VERSION, "w": workload.model_dump(mode="json", exclude_none=True)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
