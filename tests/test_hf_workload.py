@@ -230,13 +230,33 @@ def test_plan_on_the_shipped_example_prints_a_plan_profiled_in_its_workdir(tmp_p
     assert cached_in_workdir(changed.workload, changed.workdir) is None  # a changed config is profiled again
 
 
-def test_dlrun_plan_with_an_unknown_model_type_exits_2_with_one_line(tmp_path):
-    path = job(tmp_path, {"hf": {"model_type": "no-such-arch"}, "seq_len": 8, "batch_size": 2, "dataset_size": 4,
-                          "epochs": 1}, workdir=".")
+# what `import transformers` meets on a machine without it, in dlrun and in its profiling child
+NOT_INSTALLED = """
+import sys
+
+class _NoTransformers:
+    def find_spec(self, name, path=None, target=None):
+        if name == "transformers" or name.startswith("transformers."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, _NoTransformers())
+"""
+
+
+@pytest.mark.parametrize("hf, hide, expect", [
+    ({"model_type": "no-such-arch"}, False, "dlrun: error: workload.hf: unknown model_type 'no-such-arch' for the "
+     "installed transformers; check the config (e.g. bert, gpt2, llama) or upgrade transformers"),
+    (BERT, True, "dlrun: error: workload.hf: building a Hugging Face model needs the transformers package; "
+     "pip install transformers (or describe the model with model: and input_shape)"),
+])
+def test_dlrun_plan_exits_2_with_one_line(tmp_path, hf, hide, expect):
+    if hide:
+        guard = tmp_path / "net-guard" / "sitecustomize.py"
+        guard.write_text(guard.read_text() + NOT_INSTALLED)
+    path = job(tmp_path, {"hf": hf, "seq_len": 8, "batch_size": 2, "dataset_size": 4, "epochs": 1}, workdir=".")
     (tmp_path / "train.py").write_text("print('ok')\n")
     proc = subprocess.run([str(Path(sys.executable).parent / "dlrun"), "plan", str(path)], capture_output=True,
                           text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if not line.startswith("[dlrun] profiling")]
-    assert lines == ["dlrun: error: workload.hf: unknown model_type 'no-such-arch' for the installed transformers; "
-                     "check the config (e.g. bert, gpt2, llama) or upgrade transformers"], proc.stderr
+    assert lines == [expect], proc.stderr
