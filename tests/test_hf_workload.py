@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from orchestrator.cli import plan as cli_plan
-from orchestrator.errors import DlrunError, SpecError
+from orchestrator.errors import SpecError
 from orchestrator.planning.isolated_profile import cached_in_workdir
 from orchestrator.planning.spec import load_job, parse_job
 from orchestrator.planning.workload import Workload

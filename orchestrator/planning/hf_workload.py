@@ -92,7 +92,8 @@ def config_object(config: dict[str, Any]):
     try:
         return config_class(**fields)
     except (TypeError, ValueError) as e:
-        raise SpecError(f"{FIELD}: the {model_type} config is invalid ({e}); fix the config") from None
+        raise SpecError(f"{FIELD}: the {model_type} config is invalid ({(str(e).splitlines() or [''])[0]}); "
+                        "fix the config") from None
 
 
 def _model_maker(config):
@@ -128,7 +129,7 @@ def build_training_model(config: dict[str, Any], seq_len: int):
         model = _model_maker(hf_config)(hf_config)
     except (ValueError, TypeError, AttributeError) as e:
         raise SpecError(f"{FIELD}: transformers cannot build a {hf_config.model_type} model from this config "
-                        f"({str(e).splitlines()[0]}); fix the config") from None
+                        f"({(str(e).splitlines() or [''])[0]}); fix the config") from None
     if model.main_input_name != "input_ids":
         raise SpecError(f"{FIELD}: a {hf_config.model_type} model takes {model.main_input_name}, not token ids; "
                         "describe it with model: and input_shape instead")
