@@ -190,7 +190,12 @@ class JobSpec(_Strict):
         return self
 
     def spec_hash(self) -> str:
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        data = self.model_dump(mode="json")
+        if data.get("workload"):  # fields added later and unset: a job submitted before them keeps its hash
+            for key in ("hf", "seq_len"):
+                if data["workload"].get(key) is None:
+                    data["workload"].pop(key, None)
+        blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
