@@ -23,6 +23,7 @@ from orchestrator.planning.spec import JobSpec
 from orchestrator.paths import job_log_path
 from orchestrator.state.db import Store, new_id
 from orchestrator.cost import CostMeter, node_seconds_cost
+from orchestrator.runs import sigterm
 from orchestrator.runs.watch import Outcome, Watcher
 
 # outcomes after which the Ray job may still be running and must be stopped before teardown
@@ -202,9 +203,12 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
                           node_states=(lambda: provider.status(cluster)) if provider.capabilities.billed else None,
                           on_event=lambda kind, detail: _on_event(store, job_id, kind, detail),
                           max_cost=ctx.spec.budget.max_cost, poll_s=ctx.poll_s, node_poll_s=ctx.node_poll_s,
-                          confirm_cancel=getattr(ctx.display, "confirm_cancel", lambda: True),
+                          confirm_cancel=lambda: sigterm.received() or getattr(ctx.display, "confirm_cancel",
+                                                                               lambda: True)(),
                           clock=ctx.clock, log_path=job_log_path(job_id))
         outcome = watcher.run()
+        if outcome.kind == "STOPPED" and sigterm.received():
+            outcome.detail = sigterm.cancel_reason()
         return outcome
     finally:
         ctx.view.phase = "tearing down"
