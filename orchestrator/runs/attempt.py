@@ -104,6 +104,8 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
         provider_cleanup(provider, cluster_id)
         _record_teardown(ctx, cluster_id, offer.cloud, row["actual_cost"] or 0.0, started, price_all)
         raise
+    if cluster.extra.get("notice"):  # e.g. the local head on the dashboard port was someone else's
+        ctx.display.message(cluster.extra["notice"])
     # billing starts when the cloud says the instances launched (LaunchTime / creationTimestamp)
     started = min(ctx.clock(), started + max(0.0, cluster.launched_at - wall_started))
     store.record_cluster(cluster_id, provider=offer.cloud, job_id=ctx.job_id, state="up", zone=cluster.zone,
