@@ -53,3 +53,10 @@ class ProvisioningFailedError(DlrunError):
 
 class JobFailedError(DlrunError):
     exit_code = EXIT_JOB_FAILED
+
+
+class CloudUnreachableError(DlrunError):
+    """A re-attaching supervisor could not ask the cloud about a live cluster (credentials gone, network
+    down): the job is left RECOVERING with its cluster for the next `dlrun status`, never marked FAILED."""
+
+    exit_code = EXIT_CREDENTIALS

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from orchestrator.cli.render.display import JobView, PlainDisplay
 from orchestrator.runs.entrypoint import checkpoint_location
 from orchestrator.runs.run_identity import record_run, recorded_run_key, start_fresh
-from orchestrator.errors import (EXIT_TERMINATED, CloudCredentialsError, JobFailedError, NothingFitsError,
-                                 ProvisioningFailedError)
+from orchestrator.errors import (EXIT_TERMINATED, CloudCredentialsError, CloudUnreachableError, JobFailedError,
+                                 NothingFitsError, ProvisioningFailedError)
 from orchestrator.paths import node_poll_s as node_poll_default
 from orchestrator.planning.planner import restrict, spot_block_key
 from orchestrator.planning.spec import JobSpec
@@ -216,6 +216,8 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
     except KeyboardInterrupt as e:  # the time spent is kept (the attempt recorded the cost when it tore down)
         why = "interrupted by SIGTERM" if isinstance(e, Terminated) else "interrupted with Ctrl-C"
         store.set_status(job_id, "CANCELLED", why, actual_seconds=time.time() - row["created_at"])
+        raise
+    except CloudUnreachableError:  # the job and its live cluster stay as they are (attempt.ask_cloud)
         raise
     except Exception as e:
         current = store.get_job(job_id)["status"]
