@@ -162,3 +162,15 @@ def test_a_head_of_another_ray_version_is_not_used(monkeypatch):
             check_explicit_head(url)
     finally:
         server.shutdown()
+
+
+def test_the_head_make_demo_leaves_is_passed_over_by_the_next_user(ray_head, monkeypatch):
+    """`make demo` leaves its head up (under the first user's DLRUN_HOME, with that home's token): for the
+    next user it is a head that wants a token they do not have, not one to attach to."""
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    why = why_unusable(ray_head.dashboard_url)
+    assert why is not None and why.wants_token, why
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", ray_head.token_path)  # given its token, it is usable
+    assert why_unusable(ray_head.dashboard_url) is None
