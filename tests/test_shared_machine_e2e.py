@@ -174,3 +174,21 @@ def test_the_head_make_demo_leaves_is_passed_over_by_the_next_user(ray_head, mon
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", ray_head.token_path)  # given its token, it is usable
     assert why_unusable(ray_head.dashboard_url) is None
+
+
+def test_two_submits_of_one_home_at_once_share_one_head(foreign_head, tmp_path):
+    url, _ = foreign_head
+    env = user_env(tmp_path / "dave", url.rsplit(":", 1)[1])
+    code = "from infra.local.head import ensure_local_head; h = ensure_local_head(); print(h.pgid, h.dashboard_url)"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0].split() for p in procs]
+    try:
+        assert all(p.returncode == 0 for p in procs) and outs[0] == outs[1], outs  # one head, not two
+        assert outs[0][1] != url
+    finally:
+        for pgid in {int(o[0]) for o in outs if o}:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -9,6 +9,7 @@ group id is recorded in $DLRUN_HOME/local_head.json, and `dlrun down` signals ex
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -144,9 +146,26 @@ def check_explicit_head(url: str) -> None:
                              "unset it to use a head of dlrun's own", cloud="local")
 
 
+@contextmanager
+def _one_starter():
+    """One dlrun process of this DLRUN_HOME at a time decides whether to start the head (two submits at
+    once would start two heads, and the record would name only the second)."""
+    with open(dlrun_home() / "local_head.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def ensure_local_head(*, dashboard_port: int | None = None, num_cpus: int | None = None,
                       timeout: float = 90.0) -> LocalHead:
     """Attach to dlrun's head, or to a usable Ray head already on the dashboard port, or start one."""
+    with _one_starter():
+        return _ensure_local_head(dashboard_port, num_cpus, timeout)
+
+
+def _ensure_local_head(dashboard_port: int | None, num_cpus: int | None, timeout: float) -> LocalHead:
     head = recorded_head()
     if head:
         wait_dashboard(head.dashboard_url, timeout, what="the local Ray head")
