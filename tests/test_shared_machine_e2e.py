@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from infra.base import ProvisionError
-from infra.local.head import check_explicit_head, why_unusable
+from infra.local.head import LocalHead, check_explicit_head, stop_local_head, why_unusable
 from infra.reach import free_port, wait_dashboard
 from orchestrator.runs.ray_jobs import RayJobs
 
@@ -52,12 +52,8 @@ def foreign_head(tmp_path_factory):
         wait_dashboard(url, 120, proc=proc, what="the other user's Ray head")
         yield url, token
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        # its process group, as `dlrun down` stops a head (SIGTERM, then SIGKILL; the leader reaped)
+        stop_local_head(LocalHead(dashboard_url=url, gcs_address="", pgid=proc.pid, started_by_dlrun=True))
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
