@@ -193,16 +193,17 @@ def ask_cloud(ctx: AttemptContext, get_provider, cluster, price_all: float, prev
         tries += 1
         left = give_up - time.monotonic()
         accrued = previous + node_seconds_cost(price_all, cluster.launched_at, time.time())
-        ctx.store.set_status(ctx.job_id, "RECOVERING", f"cannot reach {cluster.provider} to check cluster "
-                             f"{cluster.cluster_id}: {why}"[:500])
+        if tries == 1:  # the status history says why once; each try is an event
+            ctx.store.set_status(ctx.job_id, "RECOVERING", f"cannot reach {cluster.provider} to check cluster "
+                                 f"{cluster.cluster_id}: {why}"[:500])
         ctx.store.add_event(ctx.job_id, "cloud_unreachable", {"cluster": cluster.cluster_id, "error": why[:300],
                                                               "try": tries, "retry_in": round(min(delay, left), 1)
                                                               if left > 0 else None, "accrued": round(accrued, 6)})
         if left <= 0:
             raise CloudUnreachableError(
                 f"cannot reach {cluster.provider} ({why}); job {ctx.job_id} stays RECOVERING with its cluster "
-                f"{cluster.cluster_id} (${accrued:.4f} so far): run `dlrun status` where the {cluster.provider} "
-                "credentials are to re-attach, or `dlrun cancel` there")
+                f"{cluster.cluster_id} (${accrued:.4f} so far); run `dlrun status` where the {cluster.provider} "
+                "credentials are, to re-attach (or `dlrun cancel` there)")
         ctx.display.message(f"cannot reach {cluster.provider} to check cluster {cluster.cluster_id} ({why}); "
                             f"the job and its cluster are kept, asking again in {min(delay, left):.0f} s")
         time.sleep(min(delay, left))
