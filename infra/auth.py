@@ -42,3 +42,18 @@ def remove_token(name: str) -> None:
 
 def bearer(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def ray_env_token() -> str | None:
+    """The token Ray's own clients would send to a head dlrun did not start (RAY_AUTH_MODE=token:
+    RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token); None without token mode."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        return None
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    if not token:
+        path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+        try:
+            token = path.read_text().strip()
+        except OSError:
+            token = None
+    return token or None

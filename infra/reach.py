@@ -5,6 +5,7 @@ import json
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 import urllib.error
 import urllib.request
 
@@ -30,17 +31,42 @@ def port_free(port: int) -> bool:
             return False
 
 
-def dashboard_alive(url: str, timeout: float = 1.0) -> bool:
-    """True when a Ray dashboard (Jobs API) answers at url."""
+class HeadExited(ProvisionError):
+    """The head's process ended before its dashboard answered (a port taken meanwhile, among others)."""
+
+
+@dataclass(frozen=True)
+class HeadAnswer:
+    """What a Ray dashboard said to GET /api/version: nothing (not up), 200 with its Ray version, or
+    401/403 (token authentication: up, but not for a request without its token)."""
+
+    code: int | None = None
+    ray_version: str = ""
+
+    @property
+    def alive(self) -> bool:
+        return self.code == 200 and bool(self.ray_version) or self.code in (401, 403)
+
+    @property
+    def wants_token(self) -> bool:
+        return self.code in (401, 403)
+
+
+def ask_head(url: str, headers: dict[str, str] | None = None, timeout: float = 1.0) -> HeadAnswer:
+    req = urllib.request.Request(f"{url.rstrip('/')}/api/version", headers=headers or {})
     try:
-        with urllib.request.urlopen(f"{url}/api/version", timeout=timeout) as r:
-            return r.status == 200 and "ray_version" in json.loads(r.read() or b"{}")
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return HeadAnswer(r.status, str(json.loads(r.read() or b"{}").get("ray_version") or ""))
     except urllib.error.HTTPError as e:
-        # a head with token authentication answers 401 to a request without its token: it is up,
-        # and JobSubmissionClient sends the token when RAY_AUTH_MODE=token is set
-        return e.code == 401
+        return HeadAnswer(e.code)
     except Exception:
-        return False
+        return HeadAnswer()
+
+
+def dashboard_alive(url: str, timeout: float = 1.0) -> bool:
+    """True when a Ray dashboard (Jobs API) answers at url: a head with token authentication answers
+    401 to a request without its token, and is up all the same."""
+    return ask_head(url, timeout=timeout).alive
 
 
 def wait_dashboard(url: str, timeout: float, proc: subprocess.Popen | None = None, *,
@@ -51,6 +77,6 @@ def wait_dashboard(url: str, timeout: float, proc: subprocess.Popen | None = Non
         if dashboard_alive(url, timeout=1.0):
             return
         if proc is not None and proc.poll() is not None:
-            raise ProvisionError(f"{what} exited (code {proc.returncode}){log_hint}", cloud=cloud)
+            raise HeadExited(f"{what} exited (code {proc.returncode}){log_hint}", cloud=cloud)
         time.sleep(0.25)
     raise ProvisionError(f"{what} did not answer at {url} within {timeout:.0f} s{log_hint}", cloud=cloud)

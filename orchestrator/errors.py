@@ -1,7 +1,8 @@
 """The errors a user can cause or meet, each with its documented exit code.
 
     0 ok · 1 the job failed · 2 bad input (job file, flags) · 3 nothing fits the budget/deadline
-    4 cloud credentials missing or refused · 5 provisioning failed everywhere · 130 interrupted
+    4 credentials missing or refused (a cloud's, or a Ray head's token) · 5 provisioning failed everywhere
+    130 interrupted (Ctrl-C) · 143 terminated (SIGTERM: the job is cancelled as on Ctrl-C)
 """
 
 EXIT_OK = 0
@@ -11,6 +12,7 @@ EXIT_NOTHING_FITS = 3
 EXIT_CREDENTIALS = 4
 EXIT_PROVISIONING = 5
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
 
 
 class DlrunError(Exception):
@@ -51,3 +53,10 @@ class ProvisioningFailedError(DlrunError):
 
 class JobFailedError(DlrunError):
     exit_code = EXIT_JOB_FAILED
+
+
+class CloudUnreachableError(DlrunError):
+    """A re-attaching supervisor could not ask the cloud about a live cluster (credentials gone, network
+    down): the job is left RECOVERING with its cluster for the next `dlrun status`, never marked FAILED."""
+
+    exit_code = EXIT_CREDENTIALS

@@ -1,11 +1,15 @@
 """Starting, attaching to and stopping the local Ray head.
 
+A Ray head dlrun did not start is used only when dlrun can run jobs on it: one that wants a token dlrun
+does not have, or runs another Ray version, is never attached to (someone else's head on a shared
+machine, or the one `make demo` left under another DLRUN_HOME); dlrun starts its own on free ports.
 A head that dlrun starts runs as `ray start --head --block` in its own session; its process
 group id is recorded in $DLRUN_HOME/local_head.json, and `dlrun down` signals exactly that group
 (never `ray stop`, which would kill every Ray process on the machine).
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -14,14 +18,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from infra.base import ProvisionError
+from infra.base import CredentialsError, ProvisionError
 from infra.paths import dlrun_home
-from infra.reach import dashboard_alive, free_port, port_free, wait_dashboard  # noqa: F401
+from infra.reach import HeadExited, ask_head, dashboard_alive, free_port, port_free, wait_dashboard  # noqa: F401
 
 DEFAULT_DASHBOARD_PORT = 8265
+DEFAULT_GCS_PORT = 6379
+START_TRIES = 3  # two dlrun processes (two users) may pick the same free port at once: the loser retries
 
 
 @dataclass
@@ -34,6 +41,7 @@ class LocalHead:
     started_at: float = 0.0
     temp_dir: str | None = None  # the head's own Ray --temp-dir (sessions, logs)
     token_path: str | None = None  # its Ray auth token (heads dlrun starts run with token auth)
+    notice: str = ""  # what the user is told once: a head on the dashboard port was passed over
 
 
 def _record_path() -> Path:
@@ -97,28 +105,99 @@ def recorded_head() -> LocalHead | None:
     return None
 
 
+@dataclass(frozen=True)
+class Unusable:
+    """Why dlrun cannot run jobs on a Ray head it did not start."""
+
+    reason: str
+    wants_token: bool  # token authentication, and no token (or a refused one) in Ray's own settings
+
+
+def why_unusable(url: str) -> Unusable | None:
+    """None when dlrun can run jobs on the Ray head at url. Asked with the token Ray's own clients would
+    send (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN[_PATH])."""
+    from infra.auth import bearer, ray_env_token
+    from infra.vm.provider import local_ray_version
+
+    token = ray_env_token()
+    answer = ask_head(url, headers=bearer(token), timeout=3.0)
+    if answer.wants_token:
+        return Unusable("it refused the Ray token in RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH" if token else
+                        "it wants a Ray token (token authentication) and none is set", wants_token=True)
+    ours = local_ray_version("local")
+    if answer.ray_version and answer.ray_version.split(".")[:2] != ours.split(".")[:2]:
+        return Unusable(f"it runs Ray {answer.ray_version}, and dlrun's jobs need Ray {ours}", wants_token=False)
+    return None
+
+
+def check_explicit_head(url: str) -> None:
+    """DLRUN_RAY_ADDRESS names a head dlrun must use as it is: one line saying why it cannot, and how."""
+    if not dashboard_alive(url, timeout=3):
+        raise ProvisionError(f"DLRUN_RAY_ADDRESS={url}: no Ray dashboard answers there; "
+                             "start Ray or unset the variable", cloud="local")
+    why = why_unusable(url)
+    if why is not None and why.wants_token:
+        raise CredentialsError(f"DLRUN_RAY_ADDRESS={url}: {why.reason}; pass that head's token as Ray's clients "
+                               "take it: RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH=<its token file> (or "
+                               "RAY_AUTH_TOKEN=<token>), or unset DLRUN_RAY_ADDRESS to use a head of dlrun's own",
+                               cloud="local")
+    if why is not None:
+        raise ProvisionError(f"DLRUN_RAY_ADDRESS={url}: {why.reason}; point it at a head of that version or "
+                             "unset it to use a head of dlrun's own", cloud="local")
+
+
+@contextmanager
+def _one_starter():
+    """One dlrun process of this DLRUN_HOME at a time decides whether to start the head (two submits at
+    once would start two heads, and the record would name only the second)."""
+    with open(dlrun_home() / "local_head.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def ensure_local_head(*, dashboard_port: int | None = None, num_cpus: int | None = None,
                       timeout: float = 90.0) -> LocalHead:
-    """Attach to dlrun's head, or to a Ray head already on the dashboard port, or start one."""
+    """Attach to dlrun's head, or to a usable Ray head already on the dashboard port, or start one."""
+    with _one_starter():
+        return _ensure_local_head(dashboard_port, num_cpus, timeout)
+
+
+def _ensure_local_head(dashboard_port: int | None, num_cpus: int | None, timeout: float) -> LocalHead:
     head = recorded_head()
     if head:
         wait_dashboard(head.dashboard_url, timeout, what="the local Ray head")
         return head
     explicit = os.environ.get("DLRUN_RAY_ADDRESS")
     if explicit:
-        if not dashboard_alive(explicit, timeout=3):
-            raise ProvisionError(f"DLRUN_RAY_ADDRESS={explicit}: no Ray dashboard answers there; "
-                                 "start Ray or unset the variable", cloud="local")
+        check_explicit_head(explicit)
         return LocalHead(dashboard_url=explicit, gcs_address="", pgid=None, started_by_dlrun=False)
     port = dashboard_port or int(os.environ.get("DLRUN_DASHBOARD_PORT", DEFAULT_DASHBOARD_PORT))
     url = f"http://127.0.0.1:{port}"
+    passed_over = None
     if dashboard_alive(url):
-        return LocalHead(dashboard_url=url, gcs_address="", pgid=None, started_by_dlrun=False)
-    return start_local_head(dashboard_port=free_port(port), num_cpus=num_cpus, timeout=timeout)
+        passed_over = why_unusable(url)
+        if passed_over is None:
+            return LocalHead(dashboard_url=url, gcs_address="", pgid=None, started_by_dlrun=False)
+    for attempt in range(1, START_TRIES + 1):
+        try:  # Ray's usual ports when free; on a retry, other free ones
+            head = start_local_head(dashboard_port=free_port(port if attempt == 1 else None), num_cpus=num_cpus,
+                                    timeout=timeout, gcs_port=free_port(DEFAULT_GCS_PORT if attempt == 1 else None))
+            break
+        except HeadExited:
+            if attempt == START_TRIES:
+                raise
+    if passed_over:
+        head.notice = (f"the Ray head on {url} is not dlrun's ({passed_over.reason}); started dlrun's own on "
+                       f"{head.dashboard_url} (`dlrun down` stops it)")
+    return head
 
 
-def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeout: float = 90.0) -> LocalHead:
-    gcs_port = free_port(6379)
+def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeout: float = 90.0,
+                     gcs_port: int | None = None) -> LocalHead:
+    gcs_port = gcs_port or free_port(DEFAULT_GCS_PORT)
     metrics_port = free_port()
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray") or "ray"
     # its own temp dir: Ray points job drivers at the cluster named in <temp-dir>/ray_current_cluster,

@@ -5,12 +5,13 @@ stops it (only when dlrun started it).
 """
 from __future__ import annotations
 
+import os
 import time
 
 from infra.base import Cluster, ClusterRequest, Connection, Node, NodeState
 from infra.catalog import Offer
 from infra.local.gpus import local_offers
-from infra.local.head import dashboard_alive, ensure_local_head
+from infra.local.head import check_explicit_head, dashboard_alive, ensure_local_head, recorded_head
 
 
 class LocalProvider:
@@ -22,7 +23,10 @@ class LocalProvider:
         self.capabilities = capabilities(self.name)
 
     def preflight(self) -> None:
-        """This machine needs no login."""
+        """This machine needs no login; a head named by DLRUN_RAY_ADDRESS must be one dlrun can use."""
+        explicit = os.environ.get("DLRUN_RAY_ADDRESS")
+        if explicit and recorded_head() is None:
+            check_explicit_head(explicit)
 
     def offers(self) -> list[Offer]:
         return local_offers()
@@ -33,7 +37,8 @@ class LocalProvider:
                        instance_type=request.offer.instance_type, spot=False, price_per_hour=0.0,
                        nodes=[Node(node_id="local", private_ip="127.0.0.1", is_head=True)],
                        job_id=request.job_id, launched_at=time.time(), head_address=head.dashboard_url,
-                       extra={"started_by_dlrun": head.started_by_dlrun, "pgid": head.pgid})
+                       extra={"started_by_dlrun": head.started_by_dlrun, "pgid": head.pgid,
+                              **({"notice": head.notice} if head.notice else {})})
 
     def connect(self, cluster: Cluster) -> Connection:
         from infra.local.head import local_head_headers

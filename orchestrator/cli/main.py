@@ -11,7 +11,7 @@ import time
 
 import click
 
-from orchestrator.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, DlrunError, UsageError
+from orchestrator.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_TERMINATED, DlrunError, UsageError
 
 # commands living in their own modules, imported only when run (or asked for their own --help);
 # `dlrun --help` lists them from the short help kept here (a test checks it matches each command's)
@@ -81,7 +81,8 @@ def cli():
 
     \b
     Exit codes: 0 ok · 1 the job failed · 2 bad input · 3 nothing fits the budget/deadline
-                4 cloud credentials missing · 5 provisioning failed everywhere · 130 interrupted
+                4 credentials missing (a cloud's, a Ray head's token) · 5 provisioning failed everywhere
+                130 interrupted (Ctrl-C) · 143 terminated (SIGTERM: the job is cancelled as on Ctrl-C)
     """
 
 
@@ -102,7 +103,9 @@ def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize):
     from orchestrator.errors import NothingFitsError
     from orchestrator.planning.spec import load_job
     from orchestrator.runs import executor as runner
+    from orchestrator.runs.sigterm import cancel_on_sigterm
 
+    cancel_on_sigterm()  # a process manager's or CI's stop cancels and tears down, as Ctrl-C does
     spec = with_objective(load_job(job_file, max_cost=max_cost, deadline=deadline), optimize)
     try:
         warm_profile(spec)
@@ -112,8 +115,8 @@ def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize):
     except NothingFitsError as e:
         _print_plan(e.plan)
         raise
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt("while planning; nothing was started") from None
+    except KeyboardInterrupt as e:
+        raise type(e)("while planning; nothing was started") from None
     if detach:
         res = runner.submit(spec, backend=backend, detach=True, plan=plan, fresh=fresh)
         click.echo(res.job_id)
@@ -122,9 +125,9 @@ def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize):
     started = time.time()
     try:
         res = runner.submit(spec, backend=backend, display=display, plan=plan, fresh=fresh)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (sigterm.Terminated): the same cancel
         display.close()  # before the summary, so that it is not drawn over
-        raise KeyboardInterrupt(_interrupted_summary(started)) from None
+        raise type(e)(_interrupted_summary(started)) from None
     finally:
         display.close()
     from orchestrator.cli.render.summary import result_line
@@ -135,7 +138,7 @@ def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize):
 
 
 def _interrupted_summary(since: float) -> str:
-    """What Ctrl-C ended: the job this process ran (recorded CANCELLED, with what was torn down)."""
+    """What Ctrl-C or SIGTERM ended: the job this process ran (recorded CANCELLED, with what was torn down)."""
     from orchestrator.cli.render.summary import result_line
     from orchestrator.state.db import default_store
 
@@ -243,12 +246,9 @@ def _main(argv=None) -> None:
         click.echo(f"dlrun: error: {e.message}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort as e:  # click's form of Ctrl-C: the KeyboardInterrupt is its cause
-        why = str(e.__cause__ or "")
-        click.echo(f"dlrun: interrupted{f': {why}' if why else ''}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _interrupted(e.__cause__ if isinstance(e.__cause__, KeyboardInterrupt) else KeyboardInterrupt(), "")
     except KeyboardInterrupt as e:  # its message, when there is one, says what was cancelled and torn down
-        click.echo(f"\ndlrun: interrupted{f': {e}' if str(e) else ''}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _interrupted(e, "\n")
     except click.exceptions.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
@@ -257,6 +257,17 @@ def _main(argv=None) -> None:
     except Exception as e:  # a bug of dlrun's: one line here, the traceback in a file
         click.echo(f"dlrun: internal error: {type(e).__name__}: {e} (full traceback: {crash_report(e)})", err=True)
         sys.exit(EXIT_JOB_FAILED)
+
+
+def _interrupted(e: KeyboardInterrupt, lead: str) -> None:
+    """One line: Ctrl-C (exit 130) or SIGTERM (exit 143), and what was cancelled and torn down."""
+    from orchestrator.runs.sigterm import Terminated
+
+    terminated = isinstance(e, Terminated)
+    why = str(e) if str(e) != "SIGTERM" else ""
+    click.echo(f"{lead}dlrun: {'terminated (SIGTERM)' if terminated else 'interrupted'}{f': {why}' if why else ''}",
+               err=True)
+    sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
 
 
 def crash_report(e: BaseException) -> str:

@@ -23,6 +23,7 @@ from orchestrator.planning.spec import JobSpec
 from orchestrator.paths import job_log_path
 from orchestrator.state.db import Store, new_id
 from orchestrator.cost import CostMeter, node_seconds_cost
+from orchestrator.runs import sigterm
 from orchestrator.runs.watch import Outcome, Watcher
 
 # outcomes after which the Ray job may still be running and must be stopped before teardown
@@ -30,6 +31,10 @@ HEARTBEAT_ENV = "DLRUN_HEARTBEAT_S"  # how often dlrun beats a cloud cluster's w
 HEARTBEAT_TIMEOUT_ENV = "DLRUN_HEARTBEAT_TIMEOUT_S"  # silence after which nodes power off (default 900)
 DEADLINE_MARGIN_S = 1800.0  # a node powers off at the job's deadline plus this, whatever happens
 UNFINISHED = ("PREEMPTED", "BUDGET_EXCEEDED", "INTERRUPTED")
+# a re-attaching supervisor that cannot reach the cloud asks again after 5, 10, 20 ... 120 s, this long
+CLOUD_RETRY_ENV = "DLRUN_CLOUD_RETRY_S"
+CLOUD_RETRY_DEFAULT_S = 900.0
+CLOUD_RETRY_FIRST_S, CLOUD_RETRY_MAX_S = 5.0, 120.0
 
 
 @dataclass
@@ -103,6 +108,8 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
         provider_cleanup(provider, cluster_id)
         _record_teardown(ctx, cluster_id, offer.cloud, row["actual_cost"] or 0.0, started, price_all)
         raise
+    if cluster.extra.get("notice"):  # e.g. the local head on the dashboard port was someone else's
+        ctx.display.message(cluster.extra["notice"])
     # billing starts when the cloud says the instances launched (LaunchTime / creationTimestamp)
     started = min(ctx.clock(), started + max(0.0, cluster.launched_at - wall_started))
     store.record_cluster(cluster_id, provider=offer.cloud, job_id=ctx.job_id, state="up", zone=cluster.zone,
@@ -140,16 +147,16 @@ def reattach(ctx: AttemptContext, get_provider) -> Outcome | None:
     crow = store.get_cluster(row["cluster_id"]) if row["cluster_id"] else None
     if crow is None or crow["state"] == "terminated":
         return None
-    provider = get_provider(crow["provider"])
     previous = row["actual_cost"] or 0.0
     price_all = (crow["price_per_hour"] or 0.0) * (crow["num_nodes"] or 1)
     if not crow["cluster_json"]:  # died mid-launch: remove whatever the launch made
+        provider = get_provider(crow["provider"])
         provider_cleanup(provider, crow["id"])
         _record_teardown(ctx, crow["id"], crow["provider"], previous, crow["launched_at"], price_all)
         store.add_event(ctx.job_id, "reattach", {"cluster": crow["id"], "found": "half-launched; removed"})
         return Outcome("RELAUNCH", "the previous supervisor died while launching")
     cluster = Cluster.from_dict(json.loads(crow["cluster_json"]))
-    states = provider.status(cluster)
+    provider, states = ask_cloud(ctx, get_provider, cluster, price_all, previous)
     lost = [s for s in states if s.status != "running"]
     if lost or not states:
         provider.terminate(cluster)
@@ -165,6 +172,42 @@ def reattach(ctx: AttemptContext, get_provider) -> Outcome | None:
     if not isinstance(outcome, Outcome):  # the head no longer answers: relaunch from the checkpoint
         return Outcome("RELAUNCH", f"could not reach the cluster again: {outcome.message}")
     return outcome
+
+
+def ask_cloud(ctx: AttemptContext, get_provider, cluster, price_all: float, previous: float):
+    """The provider and the cluster's node states. While the cloud cannot be asked (credentials gone from
+    this shell, the network down), nothing is known about the nodes: the job stays RECOVERING with its
+    cluster (so its cost keeps accruing in `dlrun status`), says why, and asks again with backoff for
+    DLRUN_CLOUD_RETRY_S; then CloudUnreachableError leaves it so to the next `dlrun status`."""
+    from infra.base import ProviderError
+    from orchestrator.errors import CloudUnreachableError
+
+    give_up = time.monotonic() + float(os.environ.get(CLOUD_RETRY_ENV, CLOUD_RETRY_DEFAULT_S))
+    delay, tries = CLOUD_RETRY_FIRST_S, 0
+    while True:
+        try:
+            provider = get_provider(cluster.provider)  # anew each time: credentials may be back in their files
+            return provider, provider.status(cluster)
+        except (ProviderError, OSError) as e:
+            why = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+        tries += 1
+        left = give_up - time.monotonic()
+        accrued = previous + node_seconds_cost(price_all, cluster.launched_at, time.time())
+        if tries == 1:  # the status history says why once; each try is an event
+            ctx.store.set_status(ctx.job_id, "RECOVERING", f"cannot reach {cluster.provider} to check cluster "
+                                 f"{cluster.cluster_id}: {why}"[:500])
+        ctx.store.add_event(ctx.job_id, "cloud_unreachable", {"cluster": cluster.cluster_id, "error": why[:300],
+                                                              "try": tries, "retry_in": round(min(delay, left), 1)
+                                                              if left > 0 else None, "accrued": round(accrued, 6)})
+        if left <= 0:
+            raise CloudUnreachableError(
+                f"cannot reach {cluster.provider} ({why}); job {ctx.job_id} stays RECOVERING with its cluster "
+                f"{cluster.cluster_id} (${accrued:.4f} so far); run `dlrun status` where the {cluster.provider} "
+                "credentials are, to re-attach (or `dlrun cancel` there)")
+        ctx.display.message(f"cannot reach {cluster.provider} to check cluster {cluster.cluster_id} ({why}); "
+                            f"the job and its cluster are kept, asking again in {min(delay, left):.0f} s")
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, CLOUD_RETRY_MAX_S)
 
 
 def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, previous: float,
@@ -202,9 +245,12 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
                           node_states=(lambda: provider.status(cluster)) if provider.capabilities.billed else None,
                           on_event=lambda kind, detail: _on_event(store, job_id, kind, detail),
                           max_cost=ctx.spec.budget.max_cost, poll_s=ctx.poll_s, node_poll_s=ctx.node_poll_s,
-                          confirm_cancel=getattr(ctx.display, "confirm_cancel", lambda: True),
+                          confirm_cancel=lambda: sigterm.received() or getattr(ctx.display, "confirm_cancel",
+                                                                               lambda: True)(),
                           clock=ctx.clock, log_path=job_log_path(job_id))
         outcome = watcher.run()
+        if outcome.kind == "STOPPED" and sigterm.received():
+            outcome.detail = sigterm.cancel_reason()
         return outcome
     finally:
         ctx.view.phase = "tearing down"

@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from orchestrator.cli.render.display import JobView, PlainDisplay
 from orchestrator.runs.entrypoint import checkpoint_location
 from orchestrator.runs.run_identity import record_run, recorded_run_key, start_fresh
-from orchestrator.errors import (CloudCredentialsError, JobFailedError, NothingFitsError,
-                                 ProvisioningFailedError)
+from orchestrator.errors import (EXIT_TERMINATED, CloudCredentialsError, CloudUnreachableError, JobFailedError,
+                                 NothingFitsError, ProvisioningFailedError)
 from orchestrator.paths import node_poll_s as node_poll_default
 from orchestrator.planning.planner import restrict, spot_block_key
 from orchestrator.planning.spec import JobSpec
 from orchestrator.state.db import LIVE, Store, default_store
 from orchestrator.runs.failures import Failures, preflight
 from orchestrator.runs.attempt import AttemptContext, reattach, run_attempt
+from orchestrator.runs import sigterm
+from orchestrator.runs.sigterm import Terminated
 from orchestrator.runs.watch import Outcome
 
 EXIT_BY_STATUS = {"SUCCEEDED": 0, "FAILED": 1, "CANCELLED": 130, "BUDGET_EXCEEDED": 1}
@@ -211,8 +213,11 @@ def execute(job_id: str, *, store: Store | None = None, display=None, first_plan
             else:
                 return _finish(job_id, spec, outcome, store, display, view)
             outcome = None
-    except KeyboardInterrupt:  # the time spent is kept (the attempt recorded the cost when it tore down)
-        store.set_status(job_id, "CANCELLED", "interrupted with Ctrl-C", actual_seconds=time.time() - row["created_at"])
+    except KeyboardInterrupt as e:  # the time spent is kept (the attempt recorded the cost when it tore down)
+        why = "interrupted by SIGTERM" if isinstance(e, Terminated) else "interrupted with Ctrl-C"
+        store.set_status(job_id, "CANCELLED", why, actual_seconds=time.time() - row["created_at"])
+        raise
+    except CloudUnreachableError:  # the job and its live cluster stay as they are (attempt.ask_cloud)
         raise
     except Exception as e:
         current = store.get_job(job_id)["status"]
@@ -316,4 +321,5 @@ def _finish(job_id, spec, outcome: Outcome, store: Store, display, view) -> Subm
     if status == "FAILED":
         code = f" (exit code {outcome.exit_code})" if getattr(outcome, "exit_code", None) is not None else ""
         raise JobFailedError(f"job {job_id} failed on {view.backend}{code}; see `dlrun logs {job_id}`")
-    return SubmitResult(job_id, status, EXIT_BY_STATUS.get(status, 1), outcome.result)
+    code = EXIT_TERMINATED if status == "CANCELLED" and sigterm.received() else EXIT_BY_STATUS.get(status, 1)
+    return SubmitResult(job_id, status, code, outcome.result)

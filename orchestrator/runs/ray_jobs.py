@@ -8,12 +8,10 @@ that the head does not hold yet goes through Ray's own packaging code (packages.
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import quote
 
 from orchestrator.runs.packages import ray_version, resolve_packages  # noqa: F401  (ray_version: one home)
@@ -55,21 +53,11 @@ def _default_headers(address: str) -> dict[str, str]:
     the one Ray's clients would send (RAY_AUTH_MODE=token: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
     ~/.ray/auth_token)."""
     try:
+        from infra.auth import bearer, ray_env_token
         from infra.local.head import local_head_headers
     except ImportError:
-        headers = {}
-    else:
-        headers = local_head_headers(address)
-    if headers or os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
-        return headers
-    token = os.environ.get("RAY_AUTH_TOKEN")
-    if not token:
-        path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
-        try:
-            token = path.read_text().strip()
-        except OSError:
-            token = None
-    return {"Authorization": f"Bearer {token}"} if token else {}
+        return {}
+    return local_head_headers(address) or bearer(ray_env_token())
 
 
 def _append_line(job_id: str):
