@@ -188,3 +188,16 @@ def test_two_submits_of_one_home_at_once_share_one_head(foreign_head, tmp_path):
                 os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_down_and_dashboard_of_a_user_without_a_head_do_not_name_the_head_they_cannot_use(foreign_head, tmp_path):
+    url, _ = foreign_head
+    env = user_env(tmp_path / "erin", url.rsplit(":", 1)[1])
+    down = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "down"], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=120)
+    assert down.returncode == 0 and url not in down.stdout + down.stderr, down.stdout + down.stderr
+    assert "no local Ray head dlrun started is running" in down.stdout
+    dash = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "dashboard", "--no-login"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert dash.returncode != 0 and url not in dash.stdout + dash.stderr, dash.stdout + dash.stderr
+    assert "no Ray dashboard is up" in dash.stderr

@@ -26,20 +26,23 @@ def terminate_recorded(store: Store, row) -> str:
 
 def local_head() -> tuple[str | None, bool]:
     """The local Ray dashboard dlrun would use for a local job, and whether dlrun started that head:
-    its own recorded head, else DLRUN_RAY_ADDRESS, else a head answering on the dashboard port (which
-    `dlrun submit` attaches to without owning it). (None, False) when none answers."""
+    its own recorded head, else DLRUN_RAY_ADDRESS, else a head answering on the dashboard port that
+    `dlrun submit` would attach to without owning it (not another user's head it cannot use: a token it
+    lacks, another Ray version). (None, False) when none answers."""
     import os
 
-    from infra.local.head import DEFAULT_DASHBOARD_PORT, recorded_head
+    from infra.local.head import DEFAULT_DASHBOARD_PORT, recorded_head, why_unusable
     from infra.reach import dashboard_alive
 
     head = recorded_head()
     if head is not None:
         return head.dashboard_url, bool(head.started_by_dlrun)
-    port = os.environ.get("DLRUN_DASHBOARD_PORT", DEFAULT_DASHBOARD_PORT)
-    for url in (os.environ.get("DLRUN_RAY_ADDRESS"), f"http://127.0.0.1:{port}"):
-        if url and dashboard_alive(url):
-            return url.rstrip("/"), False
+    explicit = os.environ.get("DLRUN_RAY_ADDRESS")
+    if explicit and dashboard_alive(explicit):
+        return explicit.rstrip("/"), False
+    url = f"http://127.0.0.1:{os.environ.get('DLRUN_DASHBOARD_PORT', DEFAULT_DASHBOARD_PORT)}"
+    if dashboard_alive(url) and why_unusable(url) is None:
+        return url, False
     return None, False
 
 
