@@ -124,7 +124,8 @@ class RayJobs:
 
     # --- the API -----------------------------------------------------------------------------------
     def submit(self, *, entrypoint: str, submission_id: str, runtime_env: dict, metadata: dict,
-               entrypoint_num_gpus: float | None = None, agent_wait_s: float = 120.0, log=None) -> str:
+               entrypoint_num_gpus: float | None = None, entrypoint_num_cpus: float | None = None,
+               entrypoint_resources: dict | None = None, agent_wait_s: float = 120.0, log=None) -> str:
         """Upload what the runtime_env ships (unless the head holds it already), then submit.
         log(line): where Ray's own messages about packages go (the job's log file), never the terminal."""
         if log is None and metadata.get("dlrun_job_id"):
@@ -135,7 +136,9 @@ class RayJobs:
         # Ray job metadata values must be strings
         meta = {str(k): str(v) for k, v in metadata.items() if v is not None}
         body = {k: v for k, v in dict(entrypoint=entrypoint, submission_id=submission_id, runtime_env=env,
-                                      metadata=meta, entrypoint_num_gpus=entrypoint_num_gpus).items()
+                                      metadata=meta, entrypoint_num_gpus=entrypoint_num_gpus,
+                                      entrypoint_num_cpus=entrypoint_num_cpus,
+                                      entrypoint_resources=entrypoint_resources).items()
                 if v is not None}
         deadline = time.monotonic() + agent_wait_s
         while True:
