@@ -119,6 +119,18 @@ def cluster_settings(name: str) -> ClusterSettings:
     return clusters[name]
 
 
+def headers_for_address(address: str) -> dict[str, str]:
+    """The bearer header of the configured cluster at `address` (none when no cluster is there, or its
+    config or token file cannot be read: the request then says the token was wanted)."""
+    try:
+        for s in load_clusters().values():
+            if s.address == address.rstrip("/"):
+                return s.headers()
+    except (ClusterConfigError, CredentialsError):
+        pass
+    return {}
+
+
 def selected(backends) -> list[ClusterSettings]:
     """The clusters a list of backend names selects (`cluster` selects every configured one)."""
     from infra.ray_cluster import KIND, cluster_name, is_cluster

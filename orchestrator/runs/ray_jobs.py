@@ -60,6 +60,10 @@ def _default_headers(address: str) -> dict[str, str]:
         headers = {}
     else:
         headers = local_head_headers(address)
+    if not headers:  # a team cluster of config.yaml (infra/ray_cluster): its token, read from its file now
+        from infra.ray_cluster.settings import headers_for_address
+
+        headers = headers_for_address(address)
     if headers or os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
         return headers
     token = os.environ.get("RAY_AUTH_TOKEN")

@@ -39,27 +39,44 @@ class TeamCluster:
         return self.token_file.read_text().strip()
 
     def add_worker(self, name: str, *, num_cpus: int, num_gpus: int = 0, resources: dict | None = None,
-                   memory_gb: float = 2.0) -> None:
-        cmd = [*_ray(), "start", f"--address={self.gcs}", "--block", "--node-ip-address=127.0.0.1",
-               f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", f"--memory={int(memory_gb * 2**30)}",
-               f"--resources={json.dumps(resources or {})}", *_ports()]
-        self.nodes[name] = _spawn(cmd, self.env, Path(self.temp_dir) / f"{name}.log")
+                   memory_gb: float = 2.0, tries: int = 3) -> None:
+        """Start a worker node and wait until it has joined. A port picked free can be taken by someone
+        else's connection before the raylet binds it (Ray then gives up on the node): start it again."""
+        want = self.alive_nodes() + 1
+        for attempt in range(tries):
+            cmd = [*_ray(), "start", f"--address={self.gcs}", "--block", "--node-ip-address=127.0.0.1",
+                   f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", f"--memory={int(memory_gb * 2**30)}",
+                   f"--resources={json.dumps(resources or {})}", *_ports()]
+            self.nodes[name] = _spawn(cmd, self.env, Path(self.temp_dir) / f"{name}.log")
+            try:
+                self.wait_nodes(want, timeout=45.0, proc=self.nodes[name])
+                return
+            except TimeoutError:
+                self.stop_node(name)
+                if attempt == tries - 1:
+                    raise
 
-    def wait_nodes(self, count: int, timeout: float = 90.0) -> None:
-        """Until `count` nodes are alive in the dashboard's node list."""
+    def alive_nodes(self) -> int:
         import urllib.request
 
+        # the state API dlrun reads (it lists a node a moment after the dashboard's own node summary does)
+        req = urllib.request.Request(self.address + "/api/v0/nodes?detail=1",
+                                     headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                rows = json.loads(r.read())["data"]["result"]["result"]
+        except Exception:
+            return 0
+        return sum(1 for n in rows if n.get("state") == "ALIVE")
+
+    def wait_nodes(self, count: int, timeout: float = 90.0, proc: subprocess.Popen | None = None) -> None:
+        """Until `count` nodes are alive in the dashboard's node list (TimeoutError early if proc ends)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            req = urllib.request.Request(self.address + "/nodes?view=summary",
-                                         headers={"Authorization": f"Bearer {self.token}"})
-            try:
-                with urllib.request.urlopen(req, timeout=5) as r:
-                    summary = json.loads(r.read())["data"]["summary"]
-                if sum(1 for n in summary if n.get("raylet", {}).get("state") == "ALIVE") >= count:
-                    return
-            except Exception:
-                pass
+            if self.alive_nodes() >= count:
+                return
+            if proc is not None and proc.poll() is not None:
+                break
             time.sleep(0.5)
         raise TimeoutError(f"the team cluster did not reach {count} nodes in {timeout:.0f} s")
 
@@ -105,8 +122,9 @@ def _spawn(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
                                 start_new_session=True)
 
 
-def start_team_cluster(*, head_cpus: int = 1, timeout: float = 120.0) -> TeamCluster:
-    """A token-auth head (no GPUs) on free ports; add workers with add_worker()."""
+def start_team_cluster(*, head_cpus: int = 1, head_gpus: int = 0, head_resources: dict | None = None,
+                       timeout: float = 120.0) -> TeamCluster:
+    """A token-auth head on free ports (no GPUs unless asked); add workers with add_worker()."""
     temp_dir = tempfile.mkdtemp(prefix="dlrun-team-", dir="/tmp")  # short: Ray's socket paths are limited
     token_file = Path(temp_dir) / "token"
     token_file.write_text(secrets.token_hex(32))
@@ -120,7 +138,8 @@ def start_team_cluster(*, head_cpus: int = 1, timeout: float = 120.0) -> TeamClu
                           token_file=token_file, temp_dir=temp_dir, env=env)
     cmd = [*_ray(), "start", "--head", "--block", "--disable-usage-stats", f"--port={gcs_port}",
            "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
-           "--include-dashboard=true", f"--temp-dir={temp_dir}", f"--num-cpus={head_cpus}", "--num-gpus=0",
+           "--include-dashboard=true", f"--temp-dir={temp_dir}", f"--num-cpus={head_cpus}", f"--num-gpus={head_gpus}",
+           f"--resources={json.dumps(head_resources or {})}",
            f"--ray-client-server-port={free_port()}", *_ports()]
     cluster.nodes["head"] = _spawn(cmd, env, Path(temp_dir) / "head.log")
     try:
