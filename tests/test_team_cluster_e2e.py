@@ -40,7 +40,6 @@ def team():
     try:
         cluster.add_worker("gpu", num_cpus=2, num_gpus=2, resources={"accelerator_type:A100": 1})
         cluster.add_worker("cpu", num_cpus=3)
-        cluster.wait_nodes(3)
         yield cluster
     finally:
         cluster.stop()
@@ -117,6 +116,12 @@ def test_plan_lists_the_clusters_offers_beside_the_clouds_and_picks_by_cost(team
     configure(dlrun_home, {"lab": lab(team, tmp_path, price_per_gpu_hour=40.0, price_per_cpu_hour=5.0)})
     assert plan_json(dlrun_home, path)["chosen"]["cloud"] in ("aws", "gcp")
 
+    # --backend cluster:lab narrows the plan to that cluster; a name config.yaml does not have is exit 2
+    only = plan_json(dlrun_home, path, "--backend", "cluster:lab")
+    assert {c["cloud"] for c in only["candidates"]} == {"cluster:lab"}
+    r = dlrun("plan", str(path), "--backend", "cluster:nope", home=dlrun_home)
+    assert r.returncode == 2 and "--backend: 'cluster:nope' is not one of" in r.stderr
+
     r = dlrun("clusters", home=dlrun_home)
     assert r.returncode == 0 and "cluster:lab" in r.stdout and "3 nodes alive" in r.stdout, r.stdout
     assert "A100: " in r.stdout and "2 GPUs on 1 node(s)" in r.stdout.replace("free of ", "")
@@ -134,9 +139,9 @@ def test_busy_gpus_make_the_plan_say_it_waits(team, tmp_path, dlrun_home):
             if two["wait"] or time.monotonic() > deadline:
                 break
             time.sleep(2)
-        assert two["wait"] == "waits: 1 of its A100 busy now" and two["feasible"]
+        assert two["wait"] == "waits: 1 A100 busy" and two["feasible"]
         r = dlrun("plan", str(path), home=dlrun_home)
-        assert "waits: 1 of its A100 busy now" in r.stdout and "the job starts when they are free" in r.stdout
+        assert "waits: 1 A100 busy" in r.stdout and "the job starts when they are free" in r.stdout
     finally:
         cluster_api(team, f"/api/jobs/{sid}/stop", "POST")
 
@@ -147,12 +152,12 @@ def test_a_job_larger_than_the_cluster_is_excluded_with_the_reason(team, tmp_pat
     four = next(c for c in data["candidates"] if c["cloud"] == "cluster:lab" and c["accelerator_count"] == 4)
     assert four["reason"] == "cluster lab can never hold 1×4×A100: its largest A100 node has 2"
     r = dlrun("plan", str(job_file(tmp_path, clouds=["cluster:lab", "gcp"], accelerators="A100:4")), home=dlrun_home)
-    assert "gpus-4" in r.stdout and "cluster lab can" in r.stdout  # a row of the table, like other exclusions
+    assert "gpus-4" in r.stdout and "cluster lab can" in r.stdout, r.stdout  # a row of the table, as other exclusions
 
     configure(dlrun_home, {"lab": lab(team, tmp_path, max_gpus=1)})
-    data = plan_json(dlrun_home, job_file(tmp_path, clouds=["cluster:lab", "gcp"], accelerators="A100:2"))
-    two = next(c for c in data["candidates"] if c["cloud"] == "cluster:lab" and c["accelerator_count"] == 2)
-    assert two["reason"] == "cluster lab lets dlrun use at most 1 GPUs (max_gpus); the job needs 2"
+    data = plan_json(dlrun_home, job_file(tmp_path, clouds=["cluster:lab", "gcp"], accelerators="A100:4"))
+    four = next(c for c in data["candidates"] if c["cloud"] == "cluster:lab" and c["accelerator_count"] == 4)
+    assert four["reason"] == "cluster lab lets dlrun use at most 1 GPUs (max_gpus); the job needs 4"
 
     configure(dlrun_home, {"lab": lab(team, tmp_path, shared_path=None)})  # no place a recovery could resume from
     data = plan_json(dlrun_home, job_file(tmp_path, clouds=["cluster:lab", "aws"]))
@@ -229,7 +234,6 @@ def test_a_cluster_that_vanishes_mid_run_is_recovered_elsewhere_from_the_checkpo
     resumes on the team's other cluster from the checkpoint in the shared path both mount."""
     doomed = start_team_cluster(head_cpus=1, head_gpus=1, head_resources={"accelerator_type:A100": 1})
     try:
-        doomed.wait_nodes(1)
         configure(dlrun_home, {"cheap": lab(doomed, tmp_path, price_per_gpu_hour=0.05),
                                "lab": lab(team, tmp_path)})
         path = job_file(tmp_path, clouds=["cluster:cheap", "cluster:lab"], steps=8, pause=1.5, accelerators="A100:1")

@@ -72,7 +72,8 @@ def wished_offer(base: Offer, count: int) -> Offer:
 
     per_gpu = base.price_per_hour / max(1, base.accelerator_count)
     return replace(base, instance_type=f"gpus-{count}", accelerator_count=count,
-                   price_per_hour=round(per_gpu * count, 6), extra={**base.extra, "gpus": count, "nodes_holding": 0})
+                   price_per_hour=round(per_gpu * count, 6),
+                   extra={**base.extra, "gpus": count, "nodes_holding": 0, "free_now": None})
 
 
 def never_fits(offer: Offer, num_nodes: int) -> str | None:
@@ -98,9 +99,9 @@ def wait_note(offer: Offer, num_nodes: int) -> str | None:
     if offer.accelerator:
         free = x.get("free_now")
         if free is not None and free < x["gpus"]:
-            return f"waits: {x['gpus'] - free} of its {offer.accelerator} busy now"
+            return f"waits: {x['gpus'] - free} {offer.accelerator} busy"
         return None
     free = x.get("free_cpus_now")
     if free is not None and free < x.get("cpus", 0):
-        return f"waits: {x['cpus'] - free} of {x['cpus']} CPUs busy now"
+        return f"waits: {x['cpus'] - free} CPUs busy"
     return None

@@ -60,7 +60,7 @@ def gpu_name(ray_name: str) -> str:
     return ray_name
 
 
-def read_nodes(address: str, headers: dict[str, str], *, backend: str, timeout: float = 10.0) -> list[NodeResources]:
+def read_nodes(address: str, headers: dict[str, str], *, backend: str, timeout: float = 5.0) -> list[NodeResources]:
     """The cluster's alive nodes with their resources and, where the cluster says, what is in use."""
     listing = get_json(address, "/api/v0/nodes?detail=1&limit=10000", headers, backend=backend, timeout=timeout)
     rows = (((listing or {}).get("data") or {}).get("result") or {}).get("result") or []

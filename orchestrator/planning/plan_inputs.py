@@ -169,4 +169,4 @@ def cluster_notes(chosen) -> list[str]:
         return []
     o = chosen.offer
     line = f"{o.cloud}: the team's Ray cluster at its internal rate (${o.price_per_hour:g}/h for this job)"
-    return [line + (f"; it {chosen.wait} (the job starts when they are free)" if chosen.wait else "")]
+    return [line + (f"; it {chosen.wait} now (the job starts when they are free)" if chosen.wait else "")]

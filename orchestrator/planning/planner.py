@@ -292,7 +292,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
                 why = f"est. {est.hours:.2f} h > deadline {deadline / 3600:.2f} h"
             candidates.append(Candidate(offer, spot, est, eligible=market_reason is None, feasible=why is None,
                                         reason=why, software=software.software_json(spec, offer), checkpoint=base,
-                                        wait=plan_inputs.cluster_wait(offer, nodes)))
+                                        wait=plan_inputs.cluster_wait(offer, nodes) if reason is None else None))
     feasible = [c for c in candidates if c.feasible]
     chosen = min(feasible, key=RANKS[optimize], default=None)
     if chosen:

@@ -42,7 +42,7 @@ class TeamCluster:
                    memory_gb: float = 2.0, tries: int = 3) -> None:
         """Start a worker node and wait until it has joined. A port picked free can be taken by someone
         else's connection before the raylet binds it (Ray then gives up on the node): start it again."""
-        want = self.alive_nodes() + 1
+        want = len(self.nodes) + 1  # every node started so far is alive (the head included)
         for attempt in range(tries):
             cmd = [*_ray(), "start", f"--address={self.gcs}", "--block", "--node-ip-address=127.0.0.1",
                    f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", f"--memory={int(memory_gb * 2**30)}",
@@ -145,6 +145,7 @@ def start_team_cluster(*, head_cpus: int = 1, head_gpus: int = 0, head_resources
     try:
         wait_dashboard(cluster.address, timeout, proc=cluster.nodes["head"], what="the team's Ray head",
                        log_hint=f"; see {temp_dir}/head.log")
+        cluster.wait_nodes(1, timeout, proc=cluster.nodes["head"])  # the state API lists it a moment later
     except BaseException:
         cluster.stop()
         raise
