@@ -258,3 +258,29 @@ def test_a_cluster_that_vanishes_mid_run_is_recovered_elsewhere_from_the_checkpo
     assert st["status"] == "SUCCEEDED" and st["backend"] == "cluster:lab" and st["preemptions"] == 1
     resumed = (st.get("metrics") or {}).get("resumed_from")
     assert resumed is not None and resumed >= 2, st
+
+
+def test_down_orphans_stops_dlruns_jobs_no_live_job_of_this_store_owns(team, tmp_path, dlrun_home):
+    """A job whose store is gone (another $DLRUN_HOME: a lost laptop) still runs on the team's cluster:
+    `dlrun down --orphans` finds it by its metadata and stops it; a colleague's job there is left alone."""
+    configure(dlrun_home, {"lab": lab(team, tmp_path)})
+    r = dlrun("submit", str(job_file(tmp_path, clouds=["cluster:lab"], steps=300, pause=1.0)), "--detach",
+              home=dlrun_home)
+    assert r.returncode == 0, r.stderr[-3000:]
+    job_id = r.stdout.split()[0]
+    other = cluster_api(team, "/api/jobs/", "POST", {"entrypoint": "sleep 60", "metadata": {"who": "a colleague"}})
+    deadline = time.monotonic() + 120
+    while not any(j["metadata"]["dlrun_job_id"] == job_id and j["status"] == "RUNNING" for j in _dlrun_jobs(team)):
+        assert time.monotonic() < deadline, "the job never ran on the cluster"
+        time.sleep(1)
+    fresh = tmp_path / "another-home"
+    fresh.mkdir()
+    configure(fresh, {"lab": lab(team, tmp_path)})
+    r = dlrun("down", "--orphans", "--yes", home=fresh)
+    assert r.returncode == 0 and "removed orphan cluster:lab cluster" in r.stdout and job_id in r.stdout, r.stdout
+    deadline = time.monotonic() + 60
+    while next(j for j in _dlrun_jobs(team) if j["metadata"]["dlrun_job_id"] == job_id)["status"] != "STOPPED":
+        assert time.monotonic() < deadline, "the orphan was not stopped"
+        time.sleep(1)
+    assert cluster_api(team, f"/api/jobs/{other['submission_id']}")["status"] in ("PENDING", "RUNNING")
+    cluster_api(team, f"/api/jobs/{other['submission_id']}/stop", "POST")

@@ -82,7 +82,8 @@ def never_fits(offer: Offer, num_nodes: int) -> str | None:
     where = f"cluster {x.get('cluster')}"
     if offer.accelerator:
         if x.get("max_gpus") is not None and x["gpus"] * num_nodes > x["max_gpus"]:
-            return f"{where} lets dlrun use at most {x['max_gpus']} GPUs (max_gpus); the job needs {x['gpus'] * num_nodes}"
+            need = x["gpus"] * num_nodes
+            return f"{where} lets dlrun use at most {x['max_gpus']} GPUs (max_gpus); the job needs {need}"
         if x.get("nodes_holding", 0) < num_nodes:
             have = f"its largest {offer.accelerator} node has {x.get('largest_node')}"
             return (f"{where} can never hold {num_nodes}×{x['gpus']}×{offer.accelerator}: {have}"

@@ -90,9 +90,9 @@ def parse_clusters(value, where: str) -> dict[str, ClusterSettings]:
         shared = str(entry.get("shared_path") or "")
         if shared and not Path(shared).expanduser().is_absolute():
             raise ClusterConfigError(f"{at}.shared_path: expected an absolute path every node mounts")
-        out[name] = ClusterSettings(name=name, address=address.rstrip("/"), token_file=str(entry.get("token_file") or ""),
-                                    max_gpus=max_gpus, shared_path=str(Path(shared).expanduser()) if shared else "",
-                                    **prices)
+        out[name] = ClusterSettings(name=name, address=address.rstrip("/"),
+                                    token_file=str(entry.get("token_file") or ""), max_gpus=max_gpus,
+                                    shared_path=str(Path(shared).expanduser()) if shared else "", **prices)
     return out
 
 

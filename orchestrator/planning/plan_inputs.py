@@ -58,7 +58,8 @@ def quotas_for(spec, offers: list, max_age_s: float | None, progress=None):
     res = spec.resources
     regions: dict[str, set[str]] = {}
     for o in offers:
-        if capabilities(o.cloud).billed and capabilities(o.cloud).regional and (not res.regions or o.region in res.regions):
+        caps = capabilities(o.cloud)  # a team cluster is billed but has no regions, nor quotas
+        if caps.billed and caps.regional and (not res.regions or o.region in res.regions):
             regions.setdefault(o.cloud, set()).add(o.region)
     return quota_book(regions, max_age_s=max_age_s, progress=progress)
 
