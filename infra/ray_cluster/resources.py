@@ -53,8 +53,9 @@ def get_json(address: str, path: str, headers: dict[str, str], *, backend: str, 
 
 
 def gpu_name(ray_name: str) -> str:
-    """Ray's accelerator type as dlrun's catalog names it: A100 -> A100, A100-80G -> A100-80GB, T4 -> T4."""
-    for candidate in (ray_name, ray_name + "B" if ray_name.upper().endswith("G") else ""):
+    """Ray's accelerator type as dlrun's catalog names it: A100 -> A100, A100-80G -> A100-80GB, A100-40G ->
+    A100, T4 -> T4 (Ray's names: ray/util/accelerators/accelerators.py)."""
+    for candidate in (ray_name, ray_name + "B" if ray_name.upper().endswith("G") else "", ray_name.split("-")[0]):
         if candidate and canonical_gpu(candidate):
             return canonical_gpu(candidate)
     return ray_name
@@ -70,7 +71,9 @@ def read_nodes(address: str, headers: dict[str, str], *, backend: str, timeout: 
         if row.get("state") != "ALIVE":
             continue
         total = row.get("resources_total") or {}
-        types = [k[len(ACCELERATOR_PREFIX):] for k in total if k.startswith(ACCELERATOR_PREFIX)]
+        # the most specific name first: Ray may add A100-80G beside A100 on the same node
+        types = sorted((k[len(ACCELERATOR_PREFIX):] for k in total if k.startswith(ACCELERATOR_PREFIX)),
+                       key=len, reverse=True)
         used = usage.get(row.get("node_id", ""))
         nodes.append(NodeResources(
             node_id=row.get("node_id", ""), is_head=bool(row.get("is_head_node")), cpus=float(total.get("CPU", 0)),

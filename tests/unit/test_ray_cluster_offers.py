@@ -56,7 +56,7 @@ def test_unknown_usage_says_nothing_about_waiting():
 
 def test_rays_accelerator_names_map_onto_the_catalogs():
     assert gpu_name("A100") == "A100" and gpu_name("T4") == "T4"
-    assert gpu_name("A100-80G") == "A100-80GB"
+    assert gpu_name("A100-80G") == "A100-80GB" and gpu_name("A100-40G") == "A100"
     assert gpu_name("Made-Up-9000") == "Made-Up-9000"  # kept: the planner excludes it as unknown
 
 
