@@ -25,7 +25,8 @@ LAZY_COMMANDS = {
                   "Fire due schedules until stopped (run it under systemd or another process manager)."),
     "cost-report": ("orchestrator.cli.report", "cost_report",
                     "Per job and per day: backend, GPU, spot, preemptions, estimated vs actual hours and $."),
-    "clusters": ("orchestrator.cli.clusters", "clusters", "The team Ray clusters of config.yaml and what they have free now."),
+    "clusters": ("orchestrator.cli.clusters", "clusters",
+                 "The team Ray clusters of config.yaml and what they have free now."),
     "dashboard": ("orchestrator.cli.report", "dashboard",
                   "The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head)."),
 }
