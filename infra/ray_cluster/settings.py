@@ -24,7 +24,11 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class ClusterConfigError(ValueError):
-    """config.yaml's `clusters:` is wrong, or a job names a cluster it does not have: one line."""
+    """config.yaml's `clusters:` is wrong: one line naming the key."""
+
+
+class UnknownClusterError(ClusterConfigError):
+    """A job or --backend names a cluster config.yaml does not have."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ def cluster_settings(name: str) -> ClusterSettings:
     clusters = load_clusters()
     if name not in clusters:
         known = ", ".join(clusters) or "none"
-        raise ClusterConfigError(f"cluster:{name}: no cluster '{name}' under clusters: in "
+        raise UnknownClusterError(f"cluster:{name}: no cluster '{name}' under clusters: in "
                                  f"{dlrun_home() / 'config.yaml'} (configured: {known}); add it there")
     return clusters[name]
 

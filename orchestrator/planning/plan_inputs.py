@@ -137,13 +137,15 @@ def offers_with_clusters(spec, problems: list[str]) -> list:
     in config.yaml is the job's mistake (exit 2)."""
     from infra import offers_for
     from infra.ray_cluster.offers import wished_offer
-    from infra.ray_cluster.settings import ClusterConfigError
-    from orchestrator.errors import SpecError
+    from infra.ray_cluster.settings import ClusterConfigError, UnknownClusterError
+    from orchestrator.errors import SpecError, UsageError
 
     try:
         offers = offers_for(spec.resources.clouds, problems)
-    except ClusterConfigError as e:
+    except UnknownClusterError as e:
         raise SpecError(f"{spec.name}: resources.clouds: {e}") from None
+    except ClusterConfigError as e:  # config.yaml's own mistake, named there
+        raise UsageError(str(e)) from None
     wished = [(w.name, w.count) for w in spec.resources.accelerator_wishes or ()]
     extra = []
     for o in offers:
