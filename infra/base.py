@@ -123,6 +123,7 @@ class Capabilities:
     multi_node: bool  # a cluster may span several nodes
     billed: bool      # node-seconds cost money; nodes are watched for preemption
     regional: bool    # offers are per region (the job's `regions:` filter applies)
+    provisioned: bool = True  # dlrun boots the nodes (image, driver, torch wheels); False: they run what they have
 
 
 class Connection:

@@ -7,6 +7,9 @@
       torch: https://mirror.example.internal/whl   # stands for https://download.pytorch.org/whl (its cpu/, cu126/, ...)
     aws:
       subnets: {us-east-2: subnet-0abc}            # launch there instead of the default VPC / dlrun's VPC
+    clusters:                 # a team's Ray clusters, planned as `cluster:NAME` (infra/ray_cluster/settings.py)
+      gpu-lab: {address: http://ray-head:8265, token_file: ~/.ray/gpu-lab.token, price_per_gpu_hour: 1.1,
+                price_per_cpu_hour: 0.02, max_gpus: 8, shared_path: /mnt/team}
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.paths import dlrun_home
 
-DEFAULTS = {"default_deadline": "72h", "optimize": "cost", "mirrors": {}, "aws": {}}
+DEFAULTS = {"default_deadline": "72h", "optimize": "cost", "mirrors": {}, "aws": {}, "clusters": {}}
 OBJECTIVES = ("cost", "time")
 # no apt mirror: the boot installs nothing with apt (uv comes from the PyPI index; python3 is on every image
 # that runs cloud-init, which is written in Python)
@@ -30,6 +33,7 @@ class Settings:
     source: str  # where the values came from, for the plan's note
     mirrors: dict = field(default_factory=dict)      # pypi / torch / apt -> URL (only those set)
     aws_subnets: dict = field(default_factory=dict)  # region -> subnet id the user chose
+    clusters: dict = field(default_factory=dict)     # name -> infra.ray_cluster.settings.ClusterSettings
 
 
 def config_path():
@@ -75,8 +79,15 @@ def load_settings() -> Settings:
     if not isinstance(subnets, dict) or not all(isinstance(v, str) and v.startswith("subnet-")
                                                 for v in subnets.values()):
         raise UsageError(f"{path}: aws.subnets: expected 'REGION: subnet-ID' pairs, e.g. {{us-east-2: subnet-0abc}}")
+    from infra.ray_cluster.settings import ClusterConfigError, parse_clusters
+
+    try:
+        clusters = parse_clusters(values["clusters"], str(path))
+    except ClusterConfigError as e:
+        raise UsageError(str(e)) from None
     return Settings(str(values["default_deadline"]), seconds, values["optimize"], source,
-                    mirrors={k: v.rstrip("/") for k, v in mirrors.items() if v}, aws_subnets=dict(subnets))
+                    mirrors={k: v.rstrip("/") for k, v in mirrors.items() if v}, aws_subnets=dict(subnets),
+                    clusters=clusters)
 
 
 def _table(path, name: str, value, keys: tuple[str, ...]) -> dict:

@@ -25,6 +25,8 @@ LAZY_COMMANDS = {
                   "Fire due schedules until stopped (run it under systemd or another process manager)."),
     "cost-report": ("orchestrator.cli.report", "cost_report",
                     "Per job and per day: backend, GPU, spot, preemptions, estimated vs actual hours and $."),
+    "clusters": ("orchestrator.cli.clusters", "clusters",
+                 "The team Ray clusters of config.yaml and what they have free now."),
     "dashboard": ("orchestrator.cli.report", "dashboard",
                   "The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head)."),
 }
@@ -39,9 +41,9 @@ class BackendChoice(click.Choice):
 
     @property
     def choices(self):
-        from infra import BACKEND_NAMES
+        from infra import backend_choices
 
-        return BACKEND_NAMES
+        return backend_choices()  # the registry's names and each configured cluster:NAME
 
     @choices.setter
     def choices(self, value):

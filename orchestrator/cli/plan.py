@@ -15,11 +15,12 @@ def run_plan(spec, backend: str | None = None, *, blocked: frozenset[str] = froz
              offers=None):
     """Plan a validated JobSpec over every backend it names; `backend` restricts to one. Quotas older than
     their lifetime (an hour) are read again; a launch re-reads them itself (executor.make_plan)."""
-    from infra import BACKEND_NAMES
+    from infra import backend_choices
     from orchestrator.planning.planner import plan_job, restrict
 
-    if backend is not None and backend not in BACKEND_NAMES:
-        raise UsageError(f"--backend: '{backend}' is not one of {', '.join(BACKEND_NAMES)}")
+    if backend is not None and backend not in backend_choices():
+        raise UsageError(f"--backend: '{backend}' is not one of {', '.join(backend_choices())} "
+                         "(a team cluster: add it under clusters: in config.yaml)")
     if store is None:
         from orchestrator.state.db import Store
 
@@ -78,7 +79,8 @@ def print_plan(plan, show_all: bool = False) -> None:
 @click.argument("job_file", type=click.Path(dir_okay=True))
 @click.option("--max-cost", type=float, default=None, help="budget in USD for the whole job")
 @click.option("--deadline", default=None, help="wall-clock limit, e.g. 4h or 90m")
-@click.option("--backend", type=click.Choice(BACKEND_NAMES), default=None, help="plan for one backend only")
+@click.option("--backend", default=None, metavar="|".join(BACKEND_NAMES) + "|cluster:NAME",
+              help="plan for one backend only")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="write est. hours vs est. $ for every candidate to this PNG")

@@ -13,7 +13,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from infra import runs_here
+from infra import kind, runs_here
 from infra.catalog import GpuSpec, Offer, gpu_spec
 from orchestrator.planning.data_inputs import transfer_seconds
 
@@ -29,7 +29,8 @@ CPU_STEP_OVERHEAD_SECONDS = 1e-3
 INTER_NODE_GBPS = 3.0  # effective all-reduce bandwidth between cloud nodes (GB/s)
 MEMORY_SAFETY = 1.15  # allocator fragmentation and workspace
 CUDA_CONTEXT_GB = 0.5
-STARTUP_SECONDS = {"local": 5.0, "aws": 360.0, "gcp": 330.0}  # provision + boot + install
+# provision + boot + install; a team cluster only starts the job (its runtime env: the code upload)
+STARTUP_SECONDS = {"local": 5.0, "aws": 360.0, "gcp": 330.0, "cluster": 15.0}
 STARTUP_PER_EXTRA_NODE = 30.0
 PREEMPTIONS_PER_NODE_HOUR = {"aws": 0.05, "gcp": 0.10}
 MIN_CORRECTION, MAX_CORRECTION = 0.2, 5.0
@@ -204,7 +205,7 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
         start = 0.0
     raw_run = train + start
     run = train * correction + start * start_correction
-    startup = STARTUP_SECONDS.get(offer.cloud, STARTUP_SECONDS["aws"]) + STARTUP_PER_EXTRA_NODE * (num_nodes - 1)
+    startup = STARTUP_SECONDS.get(kind(offer.cloud), STARTUP_SECONDS["aws"]) + STARTUP_PER_EXTRA_NODE * (num_nodes - 1)
     data = transfer_seconds(offer.cloud, data_bytes)  # every node syncs at once: one node's time
     startup += data
 

@@ -58,7 +58,8 @@ def quotas_for(spec, offers: list, max_age_s: float | None, progress=None):
     res = spec.resources
     regions: dict[str, set[str]] = {}
     for o in offers:
-        if capabilities(o.cloud).billed and (not res.regions or o.region in res.regions):
+        caps = capabilities(o.cloud)  # a team cluster is billed but has no regions, nor quotas
+        if caps.billed and caps.regional and (not res.regions or o.region in res.regions):
             regions.setdefault(o.cloud, set()).add(o.region)
     return quota_book(regions, max_age_s=max_age_s, progress=progress)
 
@@ -109,7 +110,7 @@ def price_source_note(result) -> str | None:
     from infra.refresh.cache import age_words
 
     c = result.chosen
-    if c is None or c.offer.cloud == "local":
+    if c is None or not capabilities(c.offer.cloud).provisioned:  # this machine; a team cluster's own rate
         return None
     o = c.offer
     fetched = (o.extra.get("spot_fetched_at") if c.spot else o.extra.get("fetched_at")) if o.extra else None
@@ -120,8 +121,55 @@ def price_source_note(result) -> str | None:
         date = o.spot_price_date if c.spot else o.price_date
         line = f"price of the choice: the shipped snapshot ({o.source or 'configs/catalog'}, dated {date}); " \
                "`dlrun catalog refresh` reads today's from the clouds"
-    snap = sum(1 for x in result.candidates if x.eligible and x.offer.cloud != "local" and not x.offer.extra.get("fetched_at"))
-    live = sum(1 for x in result.candidates if x.eligible and x.offer.cloud != "local" and x.offer.extra.get("fetched_at"))
+    priced = [x for x in result.candidates if x.eligible and capabilities(x.offer.cloud).provisioned]
+    snap = sum(1 for x in priced if not x.offer.extra.get("fetched_at"))
+    live = sum(1 for x in priced if x.offer.extra.get("fetched_at"))
     if snap and live:
         line += f" ({live} candidates priced from the clouds' APIs, {snap} from the snapshot)"
     return line
+
+
+# --- team clusters (infra/ray_cluster) ----------------------------------------------------------------
+
+def offers_with_clusters(spec, problems: list[str]) -> list:
+    """Every backend's offers (infra.offers_for) plus, on a team cluster, an offer for each GPU count the job
+    wishes that no node there holds (planned only to say why it is out); a cluster the job names that is not
+    in config.yaml is the job's mistake (exit 2)."""
+    from infra import offers_for
+    from infra.ray_cluster.offers import wished_offer
+    from infra.ray_cluster.settings import ClusterConfigError, UnknownClusterError
+    from orchestrator.errors import SpecError, UsageError
+
+    try:
+        offers = offers_for(spec.resources.clouds, problems)
+    except UnknownClusterError as e:
+        raise SpecError(f"{spec.name}: resources.clouds: {e}") from None
+    except ClusterConfigError as e:  # config.yaml's own mistake, named there
+        raise UsageError(str(e)) from None
+    wished = [(w.name, w.count) for w in spec.resources.accelerator_wishes or ()]
+    extra = []
+    for o in offers:
+        if o.extra.get("cluster") and o.accelerator and o.accelerator_count == 1:
+            for name, count in wished:
+                if name.upper() == o.accelerator.upper() and not any(
+                        x.cloud == o.cloud and x.accelerator == o.accelerator and x.accelerator_count == count
+                        for x in offers + extra):
+                    extra.append(wished_offer(o, count))
+    return offers + extra
+
+
+def cluster_wait(offer, nodes: int) -> str | None:
+    if not offer.extra.get("cluster"):
+        return None
+    from infra.ray_cluster.offers import wait_note
+
+    return wait_note(offer, nodes)
+
+
+def cluster_notes(chosen) -> list[str]:
+    """The chosen team cluster: its internal rate, and whether the job waits for busy GPUs there."""
+    if chosen is None or not chosen.offer.extra.get("cluster"):
+        return []
+    o = chosen.offer
+    line = f"{o.cloud}: the team's Ray cluster at its internal rate (${o.price_per_hour:g}/h for this job)"
+    return [line + (f"; it {chosen.wait} now (the job starts when they are free)" if chosen.wait else "")]

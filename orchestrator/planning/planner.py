@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from infra import capabilities
+from infra import capabilities, selects
 from infra.base import QuotaScope
 from infra.catalog import Offer, canonical_gpu, sold_markets
 from infra.refresh.cache import LAUNCH_QUOTA_AGE_S
@@ -32,6 +32,7 @@ class Candidate:
     chosen: bool = False
     software: dict | None = None  # image, driver, CUDA, torch wheel index (planning/software.py)
     checkpoint: str | None = None  # a cloud candidate's checkpoint base (bucket), planning/storage_plan.py
+    wait: str | None = None  # a team cluster's GPUs (or CPUs) it needs are busy now: it would wait for them
 
     @property
     def backend(self) -> str:
@@ -42,7 +43,7 @@ class Candidate:
         return {"key": o.key, "cloud": o.cloud, "region": o.region, "instance_type": o.instance_type,
                 "accelerator": o.accelerator, "accelerator_count": o.accelerator_count, "spot": self.spot,
                 "eligible": self.eligible, "feasible": self.feasible, "chosen": self.chosen,
-                "reason": self.reason, "checkpoint": self.checkpoint,
+                "reason": self.reason, "checkpoint": self.checkpoint, "wait": self.wait,
                 "price_date": o.spot_price_date if self.spot else o.price_date,
                 "price_source": (o.extra.get("spot_source") or o.source) if self.spot else o.source,
                 "price_fetched_at": o.extra.get("spot_fetched_at" if self.spot else "fetched_at"),
@@ -214,7 +215,7 @@ def markets(offer: Offer, spot_policy: str) -> list[bool]:
 def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
     """Why the spec rules an offer out (before estimating), or None."""
     res = spec.resources
-    if offer.cloud not in res.clouds:
+    if not selects(offer.cloud, res.clouds):
         return f"cloud {offer.cloud} not in resources.clouds"
     if is_blocked(offer, blocked):
         return "blocked after a failure"
@@ -223,6 +224,12 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
     if res.num_nodes > 1 and not capabilities(offer.cloud).multi_node:
         return f"{offer.cloud} runs on one node"
     wishes = res.accelerator_wishes
+    if offer.extra.get("cluster"):
+        from infra.ray_cluster.offers import never_fits
+
+        too_large = never_fits(offer, res.num_nodes)
+        if too_large:
+            return too_large
     if wishes:
         name = canonical_gpu(offer.accelerator) if offer.accelerator else None
         if not any(canonical_gpu(w.name) == name and w.count == offer.accelerator_count for w in wishes):
@@ -284,7 +291,8 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             if why is None and deadline is not None and est.total_seconds > deadline:
                 why = f"est. {est.hours:.2f} h > deadline {deadline / 3600:.2f} h"
             candidates.append(Candidate(offer, spot, est, eligible=market_reason is None, feasible=why is None,
-                                        reason=why, software=software.software_json(spec, offer), checkpoint=base))
+                                        reason=why, software=software.software_json(spec, offer), checkpoint=base,
+                                        wait=plan_inputs.cluster_wait(offer, nodes) if reason is None else None))
     feasible = [c for c in candidates if c.feasible]
     chosen = min(feasible, key=RANKS[optimize], default=None)
     if chosen:
@@ -293,7 +301,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     in_time = [c for c in workable if deadline is None or c.estimate.total_seconds <= deadline]
     retired = software.retired_wish_notes(spec, candidates)
     notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
-    notes += storage_notes(chosen)
+    notes += storage_notes(chosen) + plan_inputs.cluster_notes(chosen)
     raise_these = plan_inputs.quota_notes(candidates, chosen, quotas, nodes, notes, RANKS[optimize]) if quotas is not None else []
     return Plan(candidates=candidates, chosen=chosen,
                 cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
@@ -341,24 +349,23 @@ def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers:
 
     The account's quotas in the offers' regions are read again where older than quota_max_age_s (default
     LAUNCH_QUOTA_AGE_S: this plan may be launched; `dlrun plan` passes None, the quotas' lifetime)."""
-    from infra import offers_for
-
     check_checkpoint(spec)
     offers_given = offers
+    cluster_problems: list[str] = []
     if offers is None:
-        offers = offers_for(spec.resources.clouds)
+        offers = plan_inputs.offers_with_clusters(spec, cluster_problems)
     else:
-        offers = [o for o in offers if o.cloud in spec.resources.clouds]
+        offers = [o for o in offers if selects(o.cloud, spec.resources.clouds)]
     refresh_notes: list[str] = []
     if offers_given is None:
         refresh_notes = plan_inputs.refresh_stale(spec.resources.clouds, progress or plan_inputs.stderr_line)
         if refresh_notes is not None and refresh_notes[:1] == ["refreshed"]:
-            offers = [o for o in offers_for(spec.resources.clouds)]
+            offers = plan_inputs.offers_with_clusters(spec, [])
             refresh_notes = refresh_notes[1:]
     if quotas is None:
         quotas = plan_inputs.quotas_for(spec, offers, quota_max_age_s, progress or plan_inputs.stderr_line)
     result = plan(spec, offers, blocked=blocked, store=store, quotas=quotas)
-    result.notes += refresh_notes or []
+    result.notes += (refresh_notes or []) + cluster_problems
     note = plan_inputs.price_source_note(result)
     if note:
         result.notes.append(note)

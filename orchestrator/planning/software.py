@@ -47,7 +47,10 @@ def job_torch(requirements: list[str]) -> tuple[str, str]:
 
 
 def _local(offer: Offer) -> bool:
-    return offer.cloud == "local"  # this machine runs the torch it has
+    """This machine, or a team's cluster: it runs the torch it has (dlrun boots nothing there)."""
+    from infra import capabilities
+
+    return not capabilities(offer.cloud).provisioned
 
 
 def software_for(spec, offer: Offer) -> sw.SoftwarePlan:

@@ -8,17 +8,26 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infra.catalog import canonical_gpu, gpu_names
 from orchestrator.errors import SpecError
 from orchestrator.planning.workload import Workload
 
 CLOUDS = BACKEND_NAMES
-CloudName = Literal[BACKEND_NAMES]  # type: ignore[valid-type]  (the registry's names)
+_CLUSTER = re.compile(r"^cluster:[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a team's Ray cluster named in config.yaml
+
+
+def _backend_name(value: str) -> str:
+    if value in BACKEND_NAMES or _CLUSTER.match(value):
+        return value
+    raise ValueError(f"Input should be {', '.join(repr(n) for n in BACKEND_NAMES)} or 'cluster:NAME'")
+
+
+CloudName = Annotated[str, AfterValidator(_backend_name)]  # the registry's names, and cluster:NAME
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS = {"": 3600, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -24,7 +24,8 @@ def check_checkpoint(spec) -> None:
     """Exit 2 when `checkpoint:` is a local directory and the job may run on a cloud."""
     if not spec.checkpoint or scheme_of(spec.checkpoint) not in ("", "file"):
         return
-    remote = [c for c in spec.resources.clouds if capabilities(c).remote]
+    # a team cluster (not provisioned by dlrun) may share a directory with this machine: its candidates say
+    remote = [c for c in spec.resources.clouds if capabilities(c).remote and capabilities(c).provisioned]
     if remote:
         raise SpecError(f"{spec.name}: checkpoint: {spec.checkpoint} is a directory on this machine, which "
                         f"nodes on {', '.join(remote)} cannot reach (their disks go with them): use "
@@ -38,6 +39,8 @@ def candidate_checkpoint(spec, offer, spot: bool, owner: str) -> tuple[str | Non
     The base of a local candidate is None (the job's directory, as before)."""
     if not capabilities(offer.cloud).remote:
         return None, None
+    if offer.extra.get("cluster"):
+        return cluster_checkpoint(spec, offer)
     needs_bucket = spot or spec.max_restarts_on_errors > 0
     scheme = node_scheme(offer.cloud)
     if spec.checkpoint:
@@ -54,6 +57,27 @@ def candidate_checkpoint(spec, offer, spot: bool, owner: str) -> tuple[str | Non
         return None, (f"{why} needs checkpoints in a bucket and dlrun has none on {offer.cloud} yet "
                       "(its nodes get no storage credentials)")
     return NODE_DISK, None
+
+
+def cluster_checkpoint(spec, offer) -> tuple[str | None, str | None]:
+    """A team cluster's checkpoints: the job's bucket, or a directory under the cluster's shared_path (which
+    its nodes and this machine both mount); anything else cannot serve a recovery there."""
+    from pathlib import Path
+
+    name, shared = offer.extra["cluster"], offer.extra.get("shared_path") or ""
+    given = spec.checkpoint
+    if given and scheme_of(given) in ("s3", "gs"):
+        return given.rstrip("/"), None
+    fix = (f"set checkpoint: s3://BUCKET/PREFIX or gs://BUCKET/PREFIX in the job, or clusters.{name}.shared_path "
+           "in config.yaml to a directory every node mounts")
+    if given:
+        path = Path(given.removeprefix("file://")).expanduser()
+        if shared and path.is_relative_to(shared):
+            return str(path), None
+        return None, f"checkpoint {given} is out of reach of cluster {name}'s nodes (not under its shared_path); {fix}"
+    if shared:
+        return f"{shared.rstrip('/')}/dlrun-checkpoints/{spec.name}", None
+    return None, f"cluster {name} has no checkpoint location its nodes can reach; {fix}"
 
 
 def storage_notes(chosen) -> list[str]:

@@ -129,6 +129,7 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
                   "est_hours": f"{est.hours:.4f}", "est_cost": f"{est.cost:.4f}",
                   "max_cost": spec.budget.max_cost, "schedule": row["schedule_id"] or "", "attempt": attempt},
         entrypoint_num_gpus=_entrypoint_gpus(offer, workers))
+    _backend_submission(provider, submission, offer, workers, cluster)
     return _run_on_cluster(ctx, provider, cluster, started=started, previous=row["actual_cost"] or 0.0,
                            price_all=price_all, submission=submission)
 
@@ -136,6 +137,17 @@ def run_attempt(ctx: AttemptContext, cand, get_provider):
 def _entrypoint_gpus(offer, workers: int) -> float | None:
     """A single-worker job on a GPU offer holds one GPU; Ray Train workers ask for their own."""
     return 1 if offer.accelerator and workers == 1 else None
+
+
+def _backend_submission(provider, submission: dict, offer, workers: int, cluster) -> None:
+    """Hook for a backend that places jobs on a shared cluster (infra/ray_cluster): its entrypoint resources,
+    metadata and runtime_env additions, merged into the submission."""
+    extras = getattr(provider, "submission_extras", None)
+    for key, value in (extras(offer, workers, cluster) if extras is not None else {}).items():
+        if isinstance(value, dict) and isinstance(submission.get(key), dict):
+            submission[key].update(value)
+        else:
+            submission[key] = value
 
 
 def reattach(ctx: AttemptContext, get_provider) -> Outcome | None:

@@ -49,7 +49,8 @@ class JobInfo:
 
 
 def _default_headers(address: str) -> dict[str, str]:
-    """The bearer token for `address`: dlrun's own local head's (infra.auth, where dlrun keeps one), else
+    """The bearer token for `address`: dlrun's own local head's (infra.auth, where dlrun keeps one), a team
+    cluster's of config.yaml (infra/ray_cluster), else
     the one Ray's clients would send (RAY_AUTH_MODE=token: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
     ~/.ray/auth_token)."""
     try:
@@ -57,7 +58,12 @@ def _default_headers(address: str) -> dict[str, str]:
         from infra.local.head import local_head_headers
     except ImportError:
         return {}
-    return local_head_headers(address) or bearer(ray_env_token())
+    headers = local_head_headers(address)
+    if not headers:  # a team cluster of config.yaml (infra/ray_cluster): its token, read from its file now
+        from infra.ray_cluster.settings import headers_for_address
+
+        headers = headers_for_address(address)
+    return headers or bearer(ray_env_token())
 
 
 def _append_line(job_id: str):
@@ -112,7 +118,8 @@ class RayJobs:
 
     # --- the API -----------------------------------------------------------------------------------
     def submit(self, *, entrypoint: str, submission_id: str, runtime_env: dict, metadata: dict,
-               entrypoint_num_gpus: float | None = None, agent_wait_s: float = 120.0, log=None) -> str:
+               entrypoint_num_gpus: float | None = None, entrypoint_num_cpus: float | None = None,
+               entrypoint_resources: dict | None = None, agent_wait_s: float = 120.0, log=None) -> str:
         """Upload what the runtime_env ships (unless the head holds it already), then submit.
         log(line): where Ray's own messages about packages go (the job's log file), never the terminal."""
         if log is None and metadata.get("dlrun_job_id"):
@@ -123,7 +130,9 @@ class RayJobs:
         # Ray job metadata values must be strings
         meta = {str(k): str(v) for k, v in metadata.items() if v is not None}
         body = {k: v for k, v in dict(entrypoint=entrypoint, submission_id=submission_id, runtime_env=env,
-                                      metadata=meta, entrypoint_num_gpus=entrypoint_num_gpus).items()
+                                      metadata=meta, entrypoint_num_gpus=entrypoint_num_gpus,
+                                      entrypoint_num_cpus=entrypoint_num_cpus,
+                                      entrypoint_resources=entrypoint_resources).items()
                 if v is not None}
         deadline = time.monotonic() + agent_wait_s
         while True:

@@ -116,5 +116,6 @@ def remove_orphans(store: Store, clouds=CLOUDS, providers: dict | None = None, *
         if store.get_cluster(cluster.cluster_id):
             store.record_cluster(cluster.cluster_id, provider=cloud, job_id=cluster.job_id,
                                  state="terminated", terminated_at=time.time())
-        out.append(f"removed orphan {cloud} cluster {cluster.cluster_id} (job {cluster.job_id or '?'})")
+        where = cluster.provider or cloud  # a team cluster's own name (cluster:NAME), not its registry kind
+        out.append(f"removed orphan {where} cluster {cluster.cluster_id} (job {cluster.job_id or '?'})")
     return out

@@ -34,6 +34,16 @@ def gpu_config(offer) -> str:
     return f"{offer.accelerator_count}×{offer.accelerator}" if offer.accelerator else "CPU"
 
 
+def _config(c) -> str:
+    """A row's GPU configuration; a team cluster's is its own (shown beside the clouds', not hidden by them)."""
+    return gpu_config(c.offer) + (f" {c.offer.cloud}" if c.offer.extra.get("cluster") else "")
+
+
+def _kept_out_by_account(c) -> bool:
+    """Excluded by what the account or a team cluster can give, not by the job's own choices: shown."""
+    return (c.reason or "").startswith(("quota: ", "cluster "))
+
+
 def where(offer) -> str:
     return "local" if offer.cloud == "local" else f"{offer.cloud} {offer.region}"
 
@@ -47,20 +57,20 @@ def shown(plan, show_all: bool) -> list:
     rows, seen = [], set()
     if plan.chosen is not None:
         rows.append(plan.chosen)
-        seen.add(gpu_config(plan.chosen.offer))
+        seen.add(_config(plan.chosen))
     for c in ranked:
         if len(rows) >= DEFAULT_ROWS or not c.eligible:
             break
-        if gpu_config(c.offer) not in seen:
-            seen.add(gpu_config(c.offer))
+        if _config(c) not in seen:
+            seen.add(_config(c))
             rows.append(c)
-    # configurations only the account's quotas keep out: their best candidate, saying which quota
-    for c in sorted((c for c in ranked if not c.eligible and (c.reason or "").startswith("quota: ")),
+    # configurations only the account's quotas (or a team cluster's size) keep out: their best candidate, saying why
+    for c in sorted((c for c in ranked if not c.eligible and _kept_out_by_account(c)),
                     key=lambda c: (c.estimate.cost, c.offer.key)):
         if len(rows) >= DEFAULT_ROWS:
             break
-        if gpu_config(c.offer) not in seen:
-            seen.add(gpu_config(c.offer))
+        if _config(c) not in seen:
+            seen.add(_config(c))
             rows.append(c)
     return rows
 
@@ -68,7 +78,7 @@ def shown(plan, show_all: bool) -> list:
 def _cells(c) -> dict[str, str]:
     o, e = c.offer, c.estimate
     return {"": "★" if c.chosen else "", "where": where(o), "instance": o.instance_type if o.cloud != "local" else "",
-            "GPU": gpu_config(o), "market": "spot" if c.spot else "", "time": human_duration(e.total_seconds),
+            "GPU": gpu_config(o), "market": "spot" if c.spot else (getattr(c, "wait", None) or ""), "time": human_duration(e.total_seconds),
             "cost": money(e.cost), "$/h": money(e.price_per_hour) if e.price_per_hour else "",
             "why not": c.reason or ""}
 

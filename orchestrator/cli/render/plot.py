@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infra import BACKEND_NAMES
+from infra import BACKEND_NAMES, kind
 
-COLORS = {"local": "#2ca02c", "aws": "#ff7f0e", "gcp": "#1f77b4"}
+COLORS = {"local": "#2ca02c", "aws": "#ff7f0e", "gcp": "#1f77b4", "cluster": "#9467bd"}
 
 
 def pareto_frontier(points: list[tuple[float, float]]) -> list[int]:
@@ -51,7 +51,8 @@ def plan_figure(plan):
         for spot, marker in ((False, "o"), (True, "^")):
             market = "spot" if spot else "on-demand"
             for feasible in (True, False):
-                pts = [xy(c) for c in workable if c.offer.cloud == cloud and c.spot == spot and c.feasible == feasible]
+                pts = [xy(c) for c in workable if kind(c.offer.cloud) == cloud and c.spot == spot
+                       and c.feasible == feasible]
                 if not pts:
                     continue
                 style = {"color": COLORS[cloud]} if feasible else {"facecolors": "none", "edgecolors": COLORS[cloud]}
