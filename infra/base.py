@@ -262,3 +262,7 @@ class Provider(Protocol):
 
     def list_owned(self) -> list[Cluster]:
         """Every cluster with dlrun's tags/labels that is still there (for `dlrun down --orphans`)."""
+
+    def submission_extras(self, offer: Offer, workers: int, cluster: Cluster) -> dict:
+        """What the job's Ray submission needs besides its entrypoint on this backend (entrypoint resources,
+        metadata, runtime_env additions); {} where dlrun's own cluster runs one job."""

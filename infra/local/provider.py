@@ -45,6 +45,10 @@ class LocalProvider:
 
         return Connection(cluster.head_address, headers=local_head_headers(cluster.head_address))
 
+    def submission_extras(self, offer: Offer, workers: int, cluster: Cluster) -> dict:
+        """The local head is this user's own: Ray places the job without asking."""
+        return {}
+
     def heartbeat(self, cluster: Cluster) -> None:
         """This machine needs no watchdog."""
 

@@ -152,6 +152,10 @@ class VmProvider:
             raise
         return Connection(tunnel.local_address, tunnel.close, headers=bearer(token))
 
+    def submission_extras(self, offer: Offer, workers: int, cluster: Cluster) -> dict:
+        """The cluster is the job's own: Ray places it without asking."""
+        return {}
+
     def heartbeat(self, cluster: Cluster) -> None:
         from infra.vm import ready
 

@@ -140,10 +140,9 @@ def _entrypoint_gpus(offer, workers: int) -> float | None:
 
 
 def _backend_submission(provider, submission: dict, offer, workers: int, cluster) -> None:
-    """Hook for a backend that places jobs on a shared cluster (infra/ray_cluster): its entrypoint resources,
-    metadata and runtime_env additions, merged into the submission."""
-    extras = getattr(provider, "submission_extras", None)
-    for key, value in (extras(offer, workers, cluster) if extras is not None else {}).items():
+    """The backend's additions to the submission (a shared cluster's entrypoint resources, metadata and
+    runtime_env: infra/ray_cluster), merged into it."""
+    for key, value in provider.submission_extras(offer, workers, cluster).items():
         if isinstance(value, dict) and isinstance(submission.get(key), dict):
             submission[key].update(value)
         else:

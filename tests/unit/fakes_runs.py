@@ -114,6 +114,9 @@ class FakeBackend:
         if self.preflight_error is not None:
             raise self.preflight_error
 
+    def submission_extras(self, offer, workers: int, cluster: Cluster) -> dict:
+        return {}  # a backend of dlrun's own clusters: nothing to add
+
     def _next(self, request):
         if callable(self.script):
             return self.script(request)
