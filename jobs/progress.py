@@ -204,6 +204,20 @@ class ProgressReader:
         return out
 
 
+def terminal_lines(text: str) -> list[str]:
+    """The lines of `text` as a terminal leaves them: of each line's carriage-return updates (a tqdm bar's),
+    only the last one shown."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [terminal_line(line) for line in lines]
+
+
+def terminal_line(line: str) -> str:
+    parts = [p for p in line.split("\r") if p.strip()]
+    return parts[-1] if parts else ""
+
+
 def parse_bar(line: str) -> Bar | None:
     m = TQDM_BAR.search(line)
     rich = None if m else RICH_BAR.match(line)

@@ -145,6 +145,7 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
     """Run `command` (a shell command) for `seconds` (up to `max_seconds` while it has reported no
     progress yet), reading its progress lines."""
     from jobs.metrics import parse_line
+    from jobs.progress import terminal_line
 
     start = time.monotonic()
     proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -172,7 +173,7 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
                 line = raw.decode(errors="replace")
                 parsed = parse_line(line)
                 if parsed is None:
-                    tail = (tail + [shown_line(line)])[-50:]
+                    tail = (tail + [terminal_line(line)])[-50:]
                     continue
                 kind, payload = parsed
                 done = 1.0 if kind == "result" else share_done(payload)
@@ -188,7 +189,7 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
             _stop(proc)
         proc.stdout.close()
     if buf:
-        tail.append(shown_line(buf.decode(errors="replace")))
+        tail.append(terminal_line(buf.decode(errors="replace")))
     if ended and proc.returncode != 0:
         last = " | ".join([t.strip()[:160] for t in tail if t.strip()][-TAIL_LINES:]) or "no output"
         raise SpecError(f"{name}: the probe run of the job's entrypoint failed (exit {proc.returncode}; "
@@ -200,12 +201,6 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
     run = elapsed if complete else extrapolate(points)
     return ProbeResult(run_seconds=run, probe_seconds=elapsed, complete=complete, points=points,
                        samples_per_s=samples, threads=os.cpu_count() or 1)
-
-
-def shown_line(line: str) -> str:
-    """A line as a terminal shows it: its last carriage-return update (a tqdm bar's latest state)."""
-    parts = [p for p in line.split("\r") if p.strip()]
-    return parts[-1] if parts else ""
 
 
 def _wait(proc, timeout: float) -> bool:
