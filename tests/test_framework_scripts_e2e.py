@@ -1,0 +1,70 @@
+"""Scripts written for PyTorch Lightning, the Hugging Face Trainer, a plain tqdm loop, and one that prints
+nothing (configs/examples/*): each planned without `workload:` (a probe run of the script) and run
+unmodified by `dlrun submit` on a real local Ray head; what the script printed shows as progress and
+metrics under its own names, and the plan's local time is the run's within 25 %."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.ray
+
+# example -> (how the probe timed it, a progress line `dlrun submit` prints, the script's own metric names)
+EXAMPLES = {
+    # Lightning's epoch bar says neither how many epochs nor the run's share: the probe runs it to its end
+    "lightning_mlp": ("ran to its end", r"\[dlrun\] epoch \d+ ", ("train_loss", "val_loss", "val_acc")),
+    # the Trainer's bar counts all steps: extrapolated from a short probe
+    "hf_tiny_bert": ("extrapolated", r"\[dlrun\] \d+ % ", ("loss", "learning_rate", "grad_norm")),
+    "tqdm_loop": ("extrapolated", r"\[dlrun\] \d+ % epoch \d+/8 ", ("loss", "accuracy")),
+    "silent_loop": ("ran to its end", None, ()),
+}
+TOLERANCE = 0.25
+
+
+def dlrun(*args, env):
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_an_unmodified_script_is_planned_run_and_shown(example, ray_head, dlrun_home):
+    timed, progress, names = EXAMPLES[example]
+    job = f"configs/examples/{example}/{example}.yaml"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(DLRUN_RAY_ADDRESS=ray_head.dashboard_url, DLRUN_HOME=str(dlrun_home), RAY_USAGE_STATS_ENABLED="0")
+
+    r = dlrun("plan", job, "--backend", "local", "--json", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    plan = json.loads(r.stdout)
+    assert plan["profile"]["source"] == "probe" and "measured by running the job here" in plan["notes"][0]
+    assert timed in plan["notes"][0], plan["notes"]
+    predicted = plan["chosen"]["estimate"]["run_seconds"]
+
+    r = dlrun("submit", job, "--backend", "local", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "SUCCEEDED" in r.stdout
+    shown = [line for line in r.stderr.splitlines() if progress and re.match(progress, line)]
+    if progress:
+        assert shown, r.stderr[-3000:]
+        assert all(f"{name}=" in shown[-1] for name in names), shown[-1]  # the script's own names
+        if "%" in progress:
+            assert "100 %" in shown[-1] or re.search(r"\b9\d %", shown[-1]), shown
+            assert any("ETA" in line for line in shown), shown
+    else:
+        assert not any(re.match(r"\[dlrun\] (epoch|\d+ %)", line) for line in r.stderr.splitlines()), r.stderr
+
+    job_id = r.stdout.split()[0]
+    logs = dlrun("logs", job_id, env=env).stdout
+    assert all(name in logs for name in names) and "\r" not in logs
+    if progress:
+        assert re.search(r"^(epoch \d+(/\d+)?|progress)  \S+=", logs, re.M), logs[-2000:]
+
+    from orchestrator.state.db import default_store
+
+    measured = default_store().get_job(job_id)["actual_run_seconds"]
+    assert measured and abs(predicted - measured) <= TOLERANCE * measured, (predicted, measured)
