@@ -67,4 +67,4 @@ def test_an_unmodified_script_is_planned_run_and_shown(example, ray_head, dlrun_
     from orchestrator.state.db import default_store
 
     measured = default_store().get_job(job_id)["actual_run_seconds"]
-    assert measured and abs(predicted - measured) <= TOLERANCE * measured, (predicted, measured)
+    assert measured and abs(predicted - measured) <= TOLERANCE * measured, (example, predicted, measured, logs[-1500:])
