@@ -1,12 +1,14 @@
 """Scripts written for PyTorch Lightning, the Hugging Face Trainer, a plain tqdm loop, and one that prints
 nothing (configs/examples/*): each planned without `workload:` (a probe run of the script) and run
 unmodified by `dlrun submit` on a real local Ray head; what the script printed shows as progress and
-metrics under its own names, and the plan's local time is the run's within 25 %."""
+metrics under its own names and as Ray gauges on the head's metrics endpoint, and the plan's local
+time is the run's within 25 %."""
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,14 +16,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
 
-# example -> (how the probe timed it, a progress line `dlrun submit` prints, the script's own metric names)
+# example -> (how the probe timed it, a progress line `dlrun submit` prints, the script's own metric names,
+#             Ray gauges its run publishes)
 EXAMPLES = {
     # Lightning's epoch bar says neither how many epochs nor the run's share: the probe runs it to its end
-    "lightning_mlp": ("ran to its end", r"\[dlrun\] epoch \d+ ", ("train_loss", "val_loss", "val_acc")),
+    "lightning_mlp": ("ran to its end", r"\[dlrun\] epoch \d+ ", ("train_loss", "val_loss", "val_acc"),
+                      ("ray_dlrun_epoch",)),
     # the Trainer's bar counts all steps: extrapolated from a short probe
-    "hf_tiny_bert": ("extrapolated", r"\[dlrun\] \d+ % ", ("loss", "learning_rate", "grad_norm")),
-    "tqdm_loop": ("extrapolated", r"\[dlrun\] \d+ % epoch \d+/8 ", ("loss", "accuracy")),
-    "silent_loop": ("ran to its end", None, ()),
+    "hf_tiny_bert": ("extrapolated", r"\[dlrun\] \d+ % ", ("loss", "learning_rate", "grad_norm"),
+                     ("ray_dlrun_progress", "ray_dlrun_loss", "ray_dlrun_learning_rate")),
+    "tqdm_loop": ("extrapolated", r"\[dlrun\] \d+ % epoch \d+/8 ", ("loss", "accuracy"),
+                  ("ray_dlrun_progress", "ray_dlrun_eta_seconds", "ray_dlrun_loss", "ray_dlrun_accuracy")),
+    "silent_loop": ("ran to its end", None, (), ()),
 }
 TOLERANCE = 0.25
 
@@ -31,9 +37,36 @@ def dlrun(*args, env):
                           cwd=ROOT, env=env, timeout=300)
 
 
+def submit_watching_gauges(job: str, head, env, workdir: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """`dlrun submit`, the head's metrics endpoint scraped meanwhile: {job_id label: {ray_dlrun_* name}}."""
+    from tests.test_monitoring_e2e import scrape
+
+    out, err = workdir / "submit.out", workdir / "submit.err"
+    seen: dict[str, set] = {}
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "submit", job, "--backend", "local"],
+                                stdout=o, stderr=e, cwd=ROOT, env=env)
+        deadline = time.monotonic() + 300
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    for name, samples in scrape(head.metrics_port).items():
+                        for labels, _ in samples:
+                            if name.startswith("ray_dlrun_"):
+                                seen.setdefault(labels.get("job_id", ""), set()).add(name)
+                except OSError:
+                    pass
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text()), seen
+
+
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_an_unmodified_script_is_planned_run_and_shown(example, ray_head, dlrun_home):
-    timed, progress, names = EXAMPLES[example]
+def test_an_unmodified_script_is_planned_run_and_shown(example, ray_head, dlrun_home, tmp_path):
+    timed, progress, names, gauges = EXAMPLES[example]
     job = f"configs/examples/{example}/{example}.yaml"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(DLRUN_RAY_ADDRESS=ray_head.dashboard_url, DLRUN_HOME=str(dlrun_home), RAY_USAGE_STATS_ENABLED="0")
@@ -45,9 +78,11 @@ def test_an_unmodified_script_is_planned_run_and_shown(example, ray_head, dlrun_
     assert timed in plan["notes"][0], plan["notes"]
     predicted = plan["chosen"]["estimate"]["run_seconds"]
 
-    r = dlrun("submit", job, "--backend", "local", env=env)
+    r, seen = submit_watching_gauges(job, ray_head, env, tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "SUCCEEDED" in r.stdout
+    job_id = r.stdout.split()[0]
+    assert set(gauges) <= seen.get(job_id, set()), seen  # on the dashboard, tagged with the job's id
     shown = [line for line in r.stderr.splitlines() if progress and re.match(progress, line)]
     if progress:
         assert shown, r.stderr[-3000:]
@@ -58,7 +93,6 @@ def test_an_unmodified_script_is_planned_run_and_shown(example, ray_head, dlrun_
     else:
         assert not any(re.match(r"\[dlrun\] (epoch|\d+ %)", line) for line in r.stderr.splitlines()), r.stderr
 
-    job_id = r.stdout.split()[0]
     logs = dlrun("logs", job_id, env=env).stdout
     assert all(name in logs for name in names) and "\r" not in logs
     if progress:
