@@ -65,7 +65,8 @@ def submit_watching_gauges(job: str, head, env, workdir: Path) -> tuple[subproce
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_an_unmodified_script_is_planned_run_and_shown(example, ray_head, dlrun_home, tmp_path):
+def test_an_unmodified_script_is_planned_run_and_shown(example, ray_head, shared_profiles, tmp_path):
+    dlrun_home = shared_profiles  # the machine's measurements (CPU, a local job's start) shared by the session
     timed, progress, names, gauges = EXAMPLES[example]
     job = f"configs/examples/{example}/{example}.yaml"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -101,4 +102,5 @@ def test_an_unmodified_script_is_planned_run_and_shown(example, ray_head, dlrun_
     from orchestrator.state.db import default_store
 
     measured = default_store().get_job(job_id)["actual_run_seconds"]
+    print(f"{example}: plan's local run {predicted:.1f} s, the run {measured:.1f} s")  # shown with -s
     assert measured and abs(predicted - measured) <= TOLERANCE * measured, (example, predicted, measured, logs[-1500:])

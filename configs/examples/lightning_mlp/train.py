@@ -50,7 +50,7 @@ def data(n: int, features: int, seed: int) -> TensorDataset:
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--epochs", type=int, default=6)
-    p.add_argument("--samples", type=int, default=12288)
+    p.add_argument("--samples", type=int, default=24576)
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
