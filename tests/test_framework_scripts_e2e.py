@@ -56,7 +56,7 @@ def submit_watching_gauges(job: str, head, env, workdir: Path) -> tuple[subproce
                                 seen.setdefault(labels.get("job_id", ""), set()).add(name)
                 except OSError:
                     pass
-                time.sleep(0.5)
+                time.sleep(2.0)  # not more often: the scrape's own CPU would slow the timed run on a small machine
         finally:
             if proc.poll() is None:
                 proc.kill()
