@@ -7,8 +7,8 @@ or epoch/epochs, or step/steps, and optionally samples_per_s; for a script that 
 jobs.metrics, jobs/tee.py writes such lines from what it prints (tqdm bars, Lightning's and the HF
 Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own lines win when it has any.
 The probe stops when the job ends, after PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported
-yet: its start may be slow), or once it has MIN_POINTS progress lines and PROBE_MIN_SECONDS; the run
-time is extrapolated from the progress rate (the time before the first line is the job's start,
+yet: its start may be slow), or once it has MIN_POINTS progress lines over MIN_SPAN_SECONDS and
+PROBE_MIN_SECONDS have passed; the run time is extrapolated from the progress rate (the time before the first line is the job's start,
 counted once). A job that ends by itself (exit 0) within the probe is timed to its end, progress or
 not. The result is cached by the job's command, env and workdir content. A job that fails during the
 probe, or reports nothing before PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
@@ -37,6 +37,8 @@ PROBE_MIN_SECONDS = 8.0
 # a job still starting (imports, data load) at PROBE_SECONDS is waited for, up to this, for its first line
 PROBE_MAX_SECONDS = 60.0
 MIN_POINTS = 3
+# ... spanning this long: a rate read over a second or two right after a slow start (imports) is noise
+MIN_SPAN_SECONDS = 5.0
 PROBE_VERSION = 2  # 2: `run:` commands under jobs/tee.py, a finished job timed without progress
 TAIL_LINES = 3  # of the job's output, in the error of a failed probe
 ASK_FOR_FIELDS = ("add `workload:` (model, input_shape, batch_size, dataset_size, epochs) or `reference:` "
@@ -158,7 +160,8 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
         while True:
             elapsed = time.monotonic() - start
             limit = seconds if points else max_seconds
-            if elapsed >= limit or (len(points) >= MIN_POINTS and elapsed >= min_seconds):
+            enough = len(points) >= MIN_POINTS and points[-1][0] - points[0][0] >= min(MIN_SPAN_SECONDS, min_seconds)
+            if elapsed >= limit or (enough and elapsed >= min_seconds):
                 break
             if not sel.select(timeout=min(0.5, limit - elapsed)):
                 continue
