@@ -14,7 +14,8 @@ few seconds (e.g. every N steps while probing) so the probe sees the rate.
 Inside a Ray job (RAY_ADDRESS set, or Ray already initialised, e.g. in a Ray Train worker) the
 numeric values are also published as ray.util.metrics gauges (dlrun_epoch, dlrun_loss,
 dlrun_accuracy, dlrun_samples_per_second, dlrun_gpu_utilization, dlrun_gpu_memory_bytes,
-dlrun_accrued_cost when DLRUN_PRICE_PER_HOUR is set) tagged with job_id=$DLRUN_JOB_ID, so they show
+dlrun_accrued_cost when DLRUN_PRICE_PER_HOUR is set; dlrun_progress, dlrun_eta_seconds and
+dlrun_learning_rate from what jobs/tee.py reads in a script's own output) tagged with job_id=$DLRUN_JOB_ID, so they show
 in the Ray dashboard (Prometheus names get Ray's prefix: ray_dlrun_loss{job_id="..."}). Ray
 exports them every 10 s: set DLRUN_METRICS_FLUSH_S=11 to keep a short job alive long enough for its
 last values to be exported. Ray is imported lazily; without it (or when it cannot connect) only
@@ -47,6 +48,10 @@ GAUGES = {
     "gpu_utilization": "dlrun_gpu_utilization",
     "gpu_memory_bytes": "dlrun_gpu_memory_bytes",
     "accrued_cost": "dlrun_accrued_cost",
+    # what jobs/tee.py reads from a job's own output (jobs/progress.py)
+    "progress": "dlrun_progress",
+    "eta_s": "dlrun_eta_seconds",
+    "lr": "dlrun_learning_rate",
 }
 
 _started = time.time()
@@ -57,7 +62,7 @@ def report(**metrics) -> None:
     """One epoch's metrics: epoch, epochs, loss, val_loss, accuracy, samples_per_s, elapsed_s."""
     metrics.update(_gpu_stats())
     _emit(METRIC_PREFIX, metrics)
-    _publish(metrics)
+    publish(metrics)
 
 
 def probing() -> bool:
@@ -138,7 +143,8 @@ def _ray_gauges() -> dict:
     return _gauges
 
 
-def _publish(metrics: dict) -> None:
+def publish(metrics: dict) -> None:
+    """Set the Ray gauges (GAUGES) of these values, when inside a Ray job; nothing is printed."""
     gauges = _ray_gauges()
     if not gauges:
         return

@@ -76,8 +76,10 @@ def test_two_sources_with_one_name_are_refused(tmp_path):
 def test_the_sync_runs_before_the_job_and_inside_the_notice_watcher(tmp_path):
     spec = JobSpec(name="t", run="python train.py --x 'a b'", data=["s3://b/p"])
     cmd = entrypoint(spec, local=False, workers=1, notice_cloud="aws")
-    assert cmd == "python3 -m jobs.notice --cloud aws -- python3 -m jobs.inputs -- sh -c 'python train.py --x '\"'\"'a b'\"'\"''"
-    assert entrypoint(JobSpec(name="t", run="python t.py"), local=False, workers=1) == "python t.py"
+    assert cmd == ("python3 -m jobs.notice --cloud aws -- python3 -m jobs.inputs -- python3 -m jobs.tee -- "
+                   "sh -c 'python train.py --x '\"'\"'a b'\"'\"''")
+    assert entrypoint(JobSpec(name="t", run="python t.py"), local=False, workers=1) == \
+        "python3 -m jobs.tee -- sh -c 'python t.py'"
 
 
 def test_local_runs_use_a_directory_in_place_and_cache_buckets_under_dlrun_home(tmp_path, dlrun_home):

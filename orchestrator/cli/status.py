@@ -191,7 +191,9 @@ def _write_log(text: str, raw: bool) -> None:
     if raw:
         sys.stdout.write(text)
     else:
-        for line in text.splitlines():
+        from jobs.progress import terminal_lines
+
+        for line in terminal_lines(text):  # a tqdm bar's \r updates: its latest state only
             shown = render_log_line(line)
             if shown is not None:
                 sys.stdout.write(shown + "\n")

@@ -1,13 +1,17 @@
 """A job with neither `workload:` nor `reference:` is measured: a short local run of its entrypoint.
 
-The job runs here as it would on the local Ray head (its workdir, its env, `jobs` importable), told
-by DLRUN_PROBE=1 that this is a probe, with a throw-away DLRUN_CHECKPOINT_DIR. Its jobs.metrics lines
-say how far it got: `progress` (share of the run done, 0-1), or epoch/epochs, or step/steps, and
-optionally samples_per_s. The probe stops when the job ends, after PROBE_SECONDS (PROBE_MAX_SECONDS while
-it has not reported yet: its start may be slow), or once it has MIN_POINTS progress lines and
-PROBE_MIN_SECONDS; the run time is extrapolated from the progress rate
-(the time before the first line is the job's start, counted once). The result is cached by the job's
-command, env and workdir content. A job that reports nothing is an input error: dlrun does not guess.
+The job runs here as it would on the local Ray head (its workdir, its env, `jobs` importable, a `run:`
+command under jobs/tee.py), told by DLRUN_PROBE=1 that this is a probe, with a throw-away
+DLRUN_CHECKPOINT_DIR. Its jobs.metrics lines say how far it got: `progress` (share of the run done, 0-1),
+or epoch/epochs, or step/steps, and optionally samples_per_s; for a script that does not call
+jobs.metrics, jobs/tee.py writes such lines from what it prints (tqdm bars, Lightning's and the HF
+Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own lines win when it has any.
+The probe stops when the job ends, after PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported
+yet: its start may be slow), or once it has MIN_POINTS progress lines over MIN_SPAN_SECONDS and
+PROBE_MIN_SECONDS have passed; the run time is extrapolated from the progress rate (the time before the first line is the job's start,
+counted once). A job that ends by itself (exit 0) within the probe is timed to its end, progress or
+not. The result is cached by the job's command, env and workdir content. A job that fails during the
+probe, or reports nothing before PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
 """
 from __future__ import annotations
 
@@ -33,7 +37,10 @@ PROBE_MIN_SECONDS = 8.0
 # a job still starting (imports, data load) at PROBE_SECONDS is waited for, up to this, for its first line
 PROBE_MAX_SECONDS = 60.0
 MIN_POINTS = 3
-PROBE_VERSION = 1
+# ... spanning this long: a rate read over a second or two right after a slow start (imports) is noise
+MIN_SPAN_SECONDS = 5.0
+PROBE_VERSION = 2  # 2: `run:` commands under jobs/tee.py, a finished job timed without progress
+TAIL_LINES = 3  # of the job's output, in the error of a failed probe
 ASK_FOR_FIELDS = ("add `workload:` (model, input_shape, batch_size, dataset_size, epochs) or `reference:` "
                   "(accelerator, hours) to the job file, or call jobs.metrics.report(epoch=, epochs=) in it")
 
@@ -140,6 +147,7 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
     """Run `command` (a shell command) for `seconds` (up to `max_seconds` while it has reported no
     progress yet), reading its progress lines."""
     from jobs.metrics import parse_line
+    from jobs.progress import terminal_line
 
     start = time.monotonic()
     proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -152,7 +160,8 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
         while True:
             elapsed = time.monotonic() - start
             limit = seconds if points else max_seconds
-            if elapsed >= limit or (len(points) >= MIN_POINTS and elapsed >= min_seconds):
+            enough = len(points) >= MIN_POINTS and points[-1][0] - points[0][0] >= min(MIN_SPAN_SECONDS, min_seconds)
+            if elapsed >= limit or (enough and elapsed >= min_seconds):
                 break
             if not sel.select(timeout=min(0.5, limit - elapsed)):
                 continue
@@ -167,7 +176,7 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
                 line = raw.decode(errors="replace")
                 parsed = parse_line(line)
                 if parsed is None:
-                    tail = (tail + [line])[-5:]
+                    tail = (tail + [terminal_line(line)])[-50:]
                     continue
                 kind, payload = parsed
                 done = 1.0 if kind == "result" else share_done(payload)
@@ -182,14 +191,16 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
         if not ended:
             _stop(proc)
         proc.stdout.close()
-    if ended and proc.returncode != 0 and not points:
-        last = next((t for t in reversed(tail) if t.strip()), "no output")
-        raise SpecError(f"{name}: the probe run of the job's entrypoint failed (exit {proc.returncode}: "
-                        f"{last.strip()[:200]}); fix the script, or {ASK_FOR_FIELDS}")
-    if not points:
+    if buf:
+        tail.append(terminal_line(buf.decode(errors="replace")))
+    if ended and proc.returncode != 0:
+        last = " | ".join([t.strip()[:160] for t in tail if t.strip()][-TAIL_LINES:]) or "no output"
+        raise SpecError(f"{name}: the probe run of the job's entrypoint failed (exit {proc.returncode}; "
+                        f"its last lines: {last}); fix the script, or {ASK_FOR_FIELDS}")
+    complete = ended and proc.returncode == 0
+    if not points and not complete:
         raise SpecError(f"{name}: no workload or reference, and the job reported no progress in "
                         f"{elapsed:.0f} s of a probe run; {ASK_FOR_FIELDS}")
-    complete = ended and proc.returncode == 0
     run = elapsed if complete else extrapolate(points)
     return ProbeResult(run_seconds=run, probe_seconds=elapsed, complete=complete, points=points,
                        samples_per_s=samples, threads=os.cpu_count() or 1)

@@ -97,13 +97,14 @@ def num_workers(spec: JobSpec, accelerator_count: int) -> int:
 
 
 def entrypoint(spec: JobSpec, *, local: bool, workers: int, notice_cloud: str | None = None) -> str:
-    """The job's command; on a spot node of `notice_cloud`, run under jobs/notice.py's watcher."""
+    """The job's command (a `run:` command under jobs/tee.py); on a spot node of `notice_cloud`, run under
+    jobs/notice.py's watcher."""
     command = _command(spec, local=local, workers=workers)
     from jobs.notice import CHECKS
 
-    if spec.run and (spec.data or notice_cloud in CHECKS):
-        command = f"sh -c {shlex.quote(command)}"
     python = shlex.quote(sys.executable) if local else "python3"
+    if spec.run:  # its own output read for progress and metrics (tqdm, Lightning, HF Trainer: jobs/tee.py)
+        command = f"{python} -m jobs.tee -- sh -c {shlex.quote(command)}"
     if spec.data:  # jobs/inputs.py syncs the data, sets DLRUN_DATA_DIR and becomes the job
         command = f"{python} -m jobs.inputs -- {command}"
     if notice_cloud not in CHECKS:

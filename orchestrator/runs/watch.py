@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from jobs.metrics import parse_line as parse_metric_line
+from jobs.progress import terminal_lines
 from orchestrator.cli.render.display import JobView
 from orchestrator.cost import CostMeter
 
@@ -27,7 +28,8 @@ END_NEAR_S = 10.0  # ... for this long at most
 # in the job's log file and out of the live display.
 RAY_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\s+(DEBUG|INFO)\s+\S+:\d+ -- "
                       r"|^Running entrypoint for job \S+: ")
-REPORTED_SKIP = ("epoch", "epochs", "event")
+# how far the run is (shown as progress, not as the job's metrics); the rest are the job's own metrics
+REPORTED_SKIP = ("epoch", "epochs", "event", "progress", "eta_s", "step", "steps", "batch", "batches", "it_per_s")
 
 
 def is_ray_line(line: str) -> bool:
@@ -87,7 +89,7 @@ class Watcher:
         if self.log_path is not None:
             with open(self.log_path, "a") as f:
                 f.write(fresh)
-        for line in fresh.splitlines():
+        for line in terminal_lines(fresh):  # a tqdm bar's \r updates: its latest state only
             self._line(line)
 
     def _line(self, line: str) -> None:
@@ -111,6 +113,8 @@ class Watcher:
             v = self.view
             v.epoch = int(data.get("epoch", v.epoch))
             v.epochs = int(data.get("epochs", v.epochs))
+            v.progress = data.get("progress", v.progress)
+            v.eta_s = data.get("eta_s", v.eta_s)
             v.loss = data.get("loss", v.loss)
             v.accuracy = data.get("accuracy", v.accuracy)
             v.samples_per_s = data.get("samples_per_s", v.samples_per_s)

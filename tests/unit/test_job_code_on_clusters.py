@@ -32,7 +32,8 @@ def test_a_cloud_run_ships_the_code_jobs_and_what_its_checkpoints_need(store, cl
     sent = jobs.clients[0].submitted[0]
     renv = sent["runtime_env"]
     # a spot node runs the command under the preemption-notice watcher
-    command = "python3 -m jobs.notice --cloud aws -- sh -c 'python train.py'" if plan.chosen.spot else "python train.py"
+    teed = "python3 -m jobs.tee -- sh -c 'python train.py'"  # its output read for progress (jobs/tee.py)
+    command = f"python3 -m jobs.notice --cloud aws -- {teed}" if plan.chosen.spot else teed
     assert sent["entrypoint"] == command and renv["working_dir"] == spec.workdir
     assert renv["py_modules"] == [str(JOBS_DIR)] and ".git" in renv["excludes"]
     assert "pip" not in renv  # the boot installed the requirements: Ray must not clone the node's venv per job

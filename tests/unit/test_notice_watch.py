@@ -65,7 +65,7 @@ def test_a_spot_run_stopped_by_the_notice_resumes_from_the_same_bucket_in_anothe
         sub = client.submitted[0]
         assert sub["runtime_env"]["env_vars"]["DLRUN_CHECKPOINT_DIR"] == location
         assert "AWS_SECRET_ACCESS_KEY" not in sub["runtime_env"]["env_vars"]
-    assert jobs.clients[0].submitted[0]["entrypoint"] == "python3 -m jobs.notice --cloud aws -- sh -c 'python train.py'"
+    assert jobs.clients[0].submitted[0]["entrypoint"] == "python3 -m jobs.notice --cloud aws -- python3 -m jobs.tee -- sh -c 'python train.py'"
     assert [e["location"] for e in events(store, job_id, "checkpoint")] == [location, location]
     assert events(store, job_id, "preempted_notice")[0]["step"] == 7
     recovering = [e for e in store.events(job_id) if e["status"] == "RECOVERING"][0]

@@ -113,8 +113,8 @@ def test_success_records_result_cost_and_tears_down(store, clock):
     (client,) = jobs.clients
     (sub,) = client.submitted
     # on a spot node the command runs under the preemption-notice watcher (jobs/notice.py)
-    wrapped = "python3 -m jobs.notice --cloud aws -- sh -c 'python train.py'"
-    assert sub["entrypoint"] == (wrapped if chosen.spot else "python train.py")
+    teed = "python3 -m jobs.tee -- sh -c 'python train.py'"  # its output read for progress (jobs/tee.py)
+    assert sub["entrypoint"] == (f"python3 -m jobs.notice --cloud aws -- {teed}" if chosen.spot else teed)
     assert sub["submission_id"] == f"dlrun-{job_id}-1"
     assert sub["runtime_env"]["env_vars"]["DLRUN_JOB_ID"] == job_id
     assert sub["metadata"]["attempt"] == 1 and sub["metadata"]["backend"] == "aws"

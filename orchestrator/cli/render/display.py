@@ -6,7 +6,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from orchestrator.cli.render.summary import fmt_value, reported
+from orchestrator.cli.render.summary import duration, fmt_value, reported
 
 ENDED_PHASES = ("succeeded", "failed", "cancelled", "budget_exceeded")
 
@@ -22,11 +22,22 @@ class JobView:
     loss: float | None = None
     accuracy: float | None = None
     samples_per_s: float | None = None
+    progress: float | None = None  # share of the run done, 0-1 (jobs.metrics `progress`, or read by jobs/tee.py)
+    eta_s: float | None = None  # seconds left, as the job's output says
     accrued: float = 0.0
     max_cost: float | None = None
     started: float = field(default_factory=time.time)
     log_tail: list[str] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)  # the job's last reported values, by the names it used
+
+
+def progress_text(view: JobView) -> str:
+    """`epoch 3/30`, or `42 % epoch 2/5 ETA 31 s` when the share of the run is known."""
+    epoch = f"epoch {view.epoch}/{view.epochs}" if view.epochs else f"epoch {view.epoch}" if view.epoch else ""
+    if view.progress is None:
+        return epoch
+    eta = f" ETA {duration(view.eta_s)}" if view.eta_s is not None and view.progress < 1 else ""
+    return f"{view.progress * 100:.0f} %{' ' + epoch if epoch else ''}{eta}"
 
 
 class PlainDisplay:
@@ -36,7 +47,7 @@ class PlainDisplay:
         self.stream = stream or sys.stderr
         self.quiet_logs = quiet_logs
         self._last_phase = None
-        self._last_epoch = -1
+        self._last_progress = None
 
     def __enter__(self):
         return self
@@ -54,12 +65,12 @@ class PlainDisplay:
             if view.phase not in ENDED_PHASES:  # how it ended is the result line's to say, once
                 where = f" on {view.backend}" if view.backend else ""
                 self._say(f"[dlrun] {view.job_id} {view.phase}{where} ({elapsed:.0f}s)")
-        if view.epoch != self._last_epoch and view.epochs:
-            self._last_epoch = view.epoch
+        key = (view.epoch, None if view.progress is None else round(view.progress * 100))
+        if key != self._last_progress and (view.epochs or view.progress is not None or view.epoch):
+            self._last_progress = key
             cost = f" ${view.accrued:.4f}" + (f" of ${view.max_cost:g}" if view.max_cost else "")
             values = reported(view.metrics)
-            self._say(f"[dlrun] epoch {view.epoch}/{view.epochs}{' ' + values if values else ''}{cost} "
-                      f"({elapsed:.0f}s)")
+            self._say(f"[dlrun] {progress_text(view)}{' ' + values if values else ''}{cost} ({elapsed:.0f}s)")
 
     def log(self, line: str) -> None:
         if not self.quiet_logs:
@@ -108,9 +119,14 @@ class RichDisplay(PlainDisplay):
         elapsed = time.time() - v.started
         where = f" on {v.backend}" if v.backend else ""
         grid.add_row("phase", f"[bold]{v.phase}[/]{where}", "elapsed", f"{elapsed:.0f} s")
-        if v.epochs:
+        if v.progress is not None:
+            bar = ProgressBar(total=1000, completed=round(v.progress * 1000), width=30)
+            grid.add_row("progress", progress_text(v), "", bar)
+        elif v.epochs:
             bar = ProgressBar(total=v.epochs, completed=v.epoch, width=30)
             grid.add_row("epoch", f"{v.epoch}/{v.epochs}", "", bar)
+        elif v.epoch:
+            grid.add_row("epoch", str(v.epoch), "", "")
         # the values the job reported, under its own names
         metrics = [f"{k} {fmt_value(x)}" for k, x in v.metrics.items() if isinstance(x, (int, float))]
         if metrics:
