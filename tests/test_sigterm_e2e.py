@@ -3,6 +3,7 @@ cancelled as Ctrl-C's "cancel" does (Ray job stopped, record CANCELLED with its 
 exit 143."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -78,6 +79,8 @@ def test_sigterm_on_a_foreground_submit_cancels_tears_down_and_exits_143(env, ra
     store = Store(dlrun_home / "state.db")
     row = store.get_job(line.split()[0])
     assert row["status"] == "CANCELLED" and row["actual_seconds"] > 0.5 and row["actual_cost"] is not None
+    asked = [json.loads(e["detail"]) for e in store.events(row["id"]) if e["kind"] == "cancel_requested"]
+    assert asked == [{"by": "SIGTERM"}], asked
     stopped(ray_head, row["ray_submission_id"])
 
 

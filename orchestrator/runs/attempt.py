@@ -260,8 +260,6 @@ def _run_on_cluster(ctx: AttemptContext, provider, cluster, *, started: float, p
                                                                                lambda: True)(),
                           clock=ctx.clock, log_path=job_log_path(job_id))
         outcome = watcher.run()
-        if outcome.kind == "STOPPED" and sigterm.received():
-            outcome.detail = sigterm.cancel_reason()
         return outcome
     finally:
         ctx.view.phase = "tearing down"

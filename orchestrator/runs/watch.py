@@ -16,6 +16,7 @@ from jobs.metrics import parse_line as parse_metric_line
 from jobs.progress import terminal_lines
 from orchestrator.cli.render.display import JobView
 from orchestrator.cost import CostMeter
+from orchestrator.runs import sigterm
 
 HEAD_FAILURES_BEFORE_CHECK = 10  # failed status polls in a row before the cloud is asked about the nodes
 HEAD_LOST_AFTER_S = 600.0  # a head unreachable this long while its instances run is lost
@@ -171,9 +172,10 @@ class Watcher:
                 except KeyboardInterrupt:
                     if self.confirm_cancel():
                         self.jobs.stop(self.submission_id)
-                        self.on_event("cancel_requested", {"by": "Ctrl-C"})
+                        reason = sigterm.cancel_reason()
+                        self.on_event("cancel_requested", {"by": "SIGTERM" if sigterm.received() else "Ctrl-C"})
                         self._consume_logs(final=True)
-                        return Outcome("STOPPED", "cancelled with Ctrl-C", run_seconds=self._run_seconds())
+                        return Outcome("STOPPED", reason, run_seconds=self._run_seconds())
         finally:
             if self._tail is not None:
                 self._tail.close()
