@@ -4,6 +4,7 @@ nothing is downloaded: HF_HUB_OFFLINE=1, and every non-loopback connection, in t
 profiling child, is refused and recorded (the test fails on any)."""
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ GPT2 = {"model_type": "gpt2", "vocab_size": 500, "n_embd": 64, "n_layer": 2, "n_
 
 # a socket guard, run in this process and (as sitecustomize) in every Python child started with the
 # test's PYTHONPATH: loopback and Unix sockets pass, anything else is refused and written to a log
-GUARD = """
+GUARD_FUNCTION = """
 import os, socket
 
 def _guarded(connect):
@@ -39,7 +40,8 @@ def _guarded(connect):
             raise OSError(101, "network is unreachable (no downloads in this test)")
         return connect(self, address, *rest)
     return attempt
-
+"""
+GUARD = GUARD_FUNCTION + """
 if not getattr(socket.socket, "_dlrun_guarded", False):
     socket.socket.connect = _guarded(socket.socket.connect)
     socket.socket.connect_ex = _guarded(socket.socket.connect_ex)
@@ -57,7 +59,10 @@ def offline(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))  # empty unless a test fills it
     monkeypatch.setenv("DLRUN_LOCAL_GPUS", "none")
-    exec(GUARD, {})  # noqa: S102  (the guard above, in this process too)
+    guard: dict = {}
+    exec(GUARD_FUNCTION, guard)  # noqa: S102  (the guard above, in this process too, for this test only)
+    for name in ("connect", "connect_ex"):
+        monkeypatch.setattr(socket.socket, name, guard["_guarded"](getattr(socket.socket, name)))
     yield
     assert not log.exists(), f"something tried to reach the network: {log.read_text()}"
 
