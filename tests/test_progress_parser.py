@@ -66,13 +66,13 @@ Trainer(model=BertForSequenceClassification(cfg), args=args, train_dataset=D(160
 """
 
 
-def output_of(script: str, tmp_path, *args: str, wrap: bool = False) -> str:
+def output_of(script: str, tmp_path, *args: str, wrap: bool = False, **env_vars: str) -> str:
     path = tmp_path / "script.py"
     path.write_text(script)
     command = [sys.executable, str(path), *args]
     if wrap:
         command = [sys.executable, "-m", "jobs.tee", "--", *command]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT), **env_vars}
     # stderr into stdout, in the order written, as Ray's job log has them
     r = subprocess.run(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
     assert r.returncode == 0, r.stdout.decode()[-2000:]
@@ -117,7 +117,9 @@ def test_lightning_bars_and_logged_metrics(tmp_path, bar):
 
 
 def test_the_hf_trainer_bar_and_log_dicts(tmp_path):
-    out = output_of(HF, tmp_path)
+    # tqdm draws at most every 0.1 s: ten tiny steps before the first log dict can all fall in one interval.
+    # TQDM_MININTERVAL=0 (tqdm's own setting) draws each step, so the bar before that dict is mid-run
+    out = output_of(HF, tmp_path, TQDM_MININTERVAL="0")
     assert "{'loss': " in out and "\x1b[A" in out  # its log dicts, and its evaluation bar under the main one
     snap = read(out)
     assert (snap["step"], snap["steps"], snap["progress"]) == (40, 40, 1.0)  # the training bar, not the eval one

@@ -82,6 +82,8 @@ def test_a_vanished_cluster_no_longer_answers(cluster):
     assert cluster.get("/api/version")[0] == 200  # (a route Ray leaves open)
     cluster.vanish()
     with pytest.raises(urllib.error.URLError) as e:
-        urllib.request.urlopen(cluster.address + "/api/version", timeout=5)
-    assert not isinstance(e.value, urllib.error.HTTPError), e.value  # nothing answers at all
-    assert isinstance(e.value.reason, OSError) and e.value.reason.errno == errno.EHOSTUNREACH, e.value
+        urllib.request.urlopen(cluster.address + "/api/version", timeout=15)
+    assert not isinstance(e.value, urllib.error.HTTPError), e.value  # nothing answers at all (no gateway's 403)
+    # the neighbour lookup gives up after ~3 s (EHOSTUNREACH); on a loaded machine the client's timeout may come first
+    reason = e.value.reason
+    assert isinstance(reason, TimeoutError) or getattr(reason, "errno", None) == errno.EHOSTUNREACH, e.value
