@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,42 +16,25 @@ from pathlib import Path
 import pytest
 
 from infra.base import ProvisionError
-from infra.local.head import LocalHead, check_explicit_head, stop_local_head, why_unusable
+from infra.local.head import check_explicit_head, why_unusable
 from infra.reach import free_port, wait_dashboard
 from orchestrator.runs.ray_jobs import RayJobs
+from tests.fakes.ray_team_cluster import start_team_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
-def foreign_head(tmp_path_factory):
+def foreign_head():
     """Someone else's Ray head, started with Ray's own CLI and token authentication (Ray 2.60's
-    RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH), on ports this test picks. Yields (dashboard URL, token file)."""
-    d = tmp_path_factory.mktemp("other-user")
-    token = d / "token"
-    token.write_text(secrets.token_hex(32))
-    port = free_port()
-    ports = [f"--port={free_port()}", f"--dashboard-port={port}", f"--metrics-export-port={free_port()}",
-             f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-             f"--runtime-env-agent-port={free_port()}", f"--ray-client-server-port={free_port()}",
-             f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}"]
-    temp_dir = tempfile.mkdtemp(prefix="other-ray-", dir="/tmp")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), RAY_USAGE_STATS_ENABLED="0", HOME=str(d))
-    ray = Path(sys.executable).parent / "ray"
-    proc = subprocess.Popen([str(ray), "start", "--head", "--block", "--disable-usage-stats", "--num-cpus=1",
-                             "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
-                             f"--temp-dir={temp_dir}", *ports], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH) on free ports: the team cluster's head of
+    tests/fakes/ray_team_cluster.py. Yields (dashboard URL, token file)."""
+    head = start_team_cluster(head_cpus=1)
     try:
-        wait_dashboard(url, 120, proc=proc, what="the other user's Ray head")
-        yield url, token
+        yield head.address, head.token_file
     finally:
-        # its process group, as `dlrun down` stops a head (SIGTERM, then SIGKILL; the leader reaped)
-        stop_local_head(LocalHead(dashboard_url=url, gcs_address="", pgid=proc.pid, started_by_dlrun=True))
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        head.stop()
 
 
 def user_env(home: Path, dashboard_port: str) -> dict:
