@@ -8,7 +8,7 @@ from orchestrator.state.db import MIGRATIONS, Store
 def test_schema_version_and_wal(tmp_path):
     s = Store(tmp_path / "s.db")
     assert s.schema_version == len(MIGRATIONS)
-    assert s.query("PRAGMA journal_mode")[0][0] == "wal"
+    assert sqlite3.connect(tmp_path / "s.db").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     s2 = Store(tmp_path / "s.db")  # reopening does not re-run migrations
     assert s2.schema_version == len(MIGRATIONS)
 
