@@ -113,6 +113,15 @@ def test_daily_job_fires_at_its_local_time_each_day(store, job_file):
     assert len(fire.calls) == 3
 
 
+def test_six_fields_put_the_seconds_first(store, job_file):
+    start = utc(2025, 6, 10, 12)
+    ss.add_schedule(store, job_file, "30 0 2 * * *", tz="Europe/Madrid", name="half-past", now=start)
+    clock = FakeClock(start)
+    simulate(Scheduler(store, fire=RecordingFire(store.path), clock=clock, recheck_s=3600), clock, start + 2 * 86400)
+    assert [local(t, "Europe/Madrid").strftime("%d %H:%M:%S") for t in fired_at(store, "half-past")] == [
+        "11 02:00:30", "12 02:00:30"]
+
+
 @pytest.mark.parametrize("dow", ["0", "7", "SUN"])
 def test_weekly_sunday_job_fires_on_sundays_only(store, job_file, dow):
     start = utc(2025, 6, 2, 0)  # a Monday
@@ -299,8 +308,7 @@ def test_loop_sleeps_until_something_is_due(store, job_file):
 
 # --- real time: wake-ups and a seconds-level schedule ---------------------------------------------------
 
-def test_real_clock_fires_seconds_schedule_promptly_and_sees_new_schedules(store, job_file, monkeypatch):
-    monkeypatch.setenv("DLRUN_SCHEDULER_TEST_SECONDS", "1")
+def test_real_clock_fires_seconds_schedule_promptly_and_sees_new_schedules(store, job_file):
     fire_times: list[float] = []
 
     def fire(spec, *, schedule_id):
@@ -350,7 +358,8 @@ def test_lock_refuses_a_second_scheduler(dlrun_home):
 @pytest.mark.parametrize("args, message", [
     (["--cron", "0 25 * * *"], "not a valid cron expression"),
     (["--cron", "0 2 * *"], "needs 5 fields"),
-    (["--cron", "0 0 2 * * *"], "has 6 fields"),
+    (["--cron", "0 0 2 * * * 2030"], "needs 5 fields"),
+    (["--cron", "61 0 2 * * *"], "not a valid cron expression"),
     (["--cron", "0 2 * * *", "--tz", "Europe/Madird"], "unknown time zone"),
     (["--cron", "0 2 * * *", "--tz", "CET+5"], "unknown time zone"),
     (["--cron", "0 2 * * *", "--name", "bad name"], "--name"),
