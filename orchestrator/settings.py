@@ -47,7 +47,8 @@ SETTINGS: tuple[Setting, ...] = (
     _env("DLRUN_HOME", Path, "~/.dlrun", "state, keys, logs, profiles, the catalog's refreshed copy"),
     _env("DLRUN_RAY_ADDRESS", str, None, "use this Ray head for local jobs (dlrun then starts none)"),
     _env("DLRUN_DASHBOARD_PORT", int, "8265", "the dashboard port of the local head dlrun starts or attaches to"),
-    _env("DLRUN_LOCAL_GPUS", str, None, "`none`: the plan leaves this machine's GPUs out (nvidia-smi is not asked)"),
+    _env("DLRUN_LOCAL_GPUS", str, None, "`none`: the plan leaves this machine's GPUs out (nvidia-smi is not "
+         "asked)"),
     _env("DLRUN_OWNER", str, None, "the owner written on every cloud resource; unset: user@host"),
     _env("DLRUN_CATALOG_DIR", Path, None, "read prices and GPU specs from this directory; unset: the shipped "
          "configs/catalog"),
@@ -56,7 +57,8 @@ SETTINGS: tuple[Setting, ...] = (
          "eu-central-1 or ap-south-1)"),
     _env("DLRUN_GCP_API_ENDPOINT", str, None, "a Compute Engine endpoint (Private Service Connect, an emulator)"),
     _env("DLRUN_GCP_BILLING_ENDPOINT", str, None, "a Cloud Billing catalog endpoint (private, an emulator)"),
-    _env("DLRUN_GCP_BILLING_API_KEY", str, None, "an API key for the Cloud Billing catalog instead of credentials"),
+    _env("DLRUN_GCP_BILLING_API_KEY", str, None, "an API key for the Cloud Billing catalog instead of "
+         "credentials"),
     _env("DLRUN_GCP_IAM_ENDPOINT", str, None, "an IAM endpoint (an emulator)"),
     _env("DLRUN_GCS_ENDPOINT", str, None, "a Cloud Storage endpoint for dlrun and the nodes (an emulator)"),
     _env("DLRUN_SSH_CIDR", str, None, "your address for SSH ingress, when it cannot be discovered"),
@@ -153,7 +155,7 @@ def _raw(name: str, expected: type) -> str | None:
 def _number(name: str, expected: type):
     raw = _raw(name, expected)
     if setting(name).default is None or raw is None:
-        raise TypeError(f"{name} has no default in SETTINGS: give its row one (a number read unset must be something)")
+        raise TypeError(f"{name} has no default in SETTINGS: a number read while unset needs one in its row")
     try:
         return expected(raw)
     except ValueError:

@@ -27,7 +27,8 @@ NOT_SETTINGS = {
 # variables read by name that are the process's, not settings: passed on to children or part of a cache key
 PROCESS_WIDE = {"PATH", "PYTHONPATH", "TMPDIR", "OMP_NUM_THREADS"}
 # os.environ.get("X"), os.environ["X"], os.getenv("X"), and FOO_ENV = "X" constants
-READ_BY_NAME = re.compile(r"""(?:environ(?:\.get)?\s*[\[(]\s*|getenv\(\s*|_ENV\s*=\s*)["']([A-Za-z][A-Za-z0-9_]*)["']""")
+READ_BY_NAME = re.compile(r"""(?:environ(?:\.get)?\s*[\[(]\s*|getenv\(\s*|_ENV\s*=\s*)"""
+                          r"""["']([A-Za-z][A-Za-z0-9_]*)["']""")
 
 
 def source_files(*dirs: str) -> list[Path]:
@@ -143,7 +144,8 @@ def test_a_bad_number_is_one_line_naming_the_variable_and_the_fix(monkeypatch):
     monkeypatch.setenv("DLRUN_BOOT_TIMEOUT", "15m")
     with pytest.raises(UsageError) as e:
         settings.env_float("DLRUN_BOOT_TIMEOUT")
-    assert e.value.message == "DLRUN_BOOT_TIMEOUT='15m' is not a number; set it like DLRUN_BOOT_TIMEOUT=900 or unset it"
+    assert e.value.message == ("DLRUN_BOOT_TIMEOUT='15m' is not a number; set it like DLRUN_BOOT_TIMEOUT=900 "
+                               "or unset it")
     monkeypatch.setenv("DLRUN_DASHBOARD_PORT", "82.5")
     with pytest.raises(UsageError, match="DLRUN_DASHBOARD_PORT='82.5' is not a whole number"):
         settings.env_int("DLRUN_DASHBOARD_PORT")
