@@ -9,8 +9,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.settings import env_path
+
+if TYPE_CHECKING:
+    from infra.local.head import LocalHead
 
 PROMETHEUS_PORT = 9090  # where the Ray dashboard looks for them by default (RAY_PROMETHEUS_HOST,
 GRAFANA_PORT = 3000  # RAY_GRAFANA_HOST), so its time-series charts appear once they are up
@@ -24,14 +28,14 @@ def ray_temp_dir() -> Path:
     return Path(base) / "ray"
 
 
-def ray_session_dir(head=None) -> Path | None:
+def ray_session_dir(head: LocalHead | None = None) -> Path | None:
     """The session directory of dlrun's local head (Ray names it session_<time>_<pid of `ray start`>,
     which is the process group dlrun recorded); session_latest for a head dlrun did not start."""
     if head is None:
         from infra.local.head import recorded_head
 
         head = recorded_head()
-    root = Path(getattr(head, "temp_dir", None) or ray_temp_dir())  # a head may have its own --temp-dir
+    root = Path((head.temp_dir if head is not None else None) or ray_temp_dir())  # its own --temp-dir, if any
     if head is not None and head.pgid:
         mine = sorted(root.glob(f"session_*_{head.pgid}"), key=lambda p: p.stat().st_mtime)
         if mine:
