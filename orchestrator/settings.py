@@ -105,7 +105,7 @@ SETTINGS: tuple[Setting, ...] = (
          "package's digest)"),
     _env("RAY_max_grpc_message_size", int, "536870912", "Ray's largest working_dir package in bytes (512 MiB)"),
     _env("AWS_ENDPOINT_URL", str, None, "boto3's endpoint for every AWS service (an emulator); "
-         "AWS_ENDPOINT_URL_<SERVICE> for one"),
+         "`AWS_ENDPOINT_URL_<SERVICE>` for one"),
     _env("AWS_ENDPOINT_URL_S3", str, None, "boto3's S3 endpoint (dlrun's and the job's checkpoints)"),
     _env("AWS_DEFAULT_REGION", str, "us-east-1", "the region whose prices a plan reads when the job names none"),
     _env("AWS_PROFILE", str, None, "AWS credentials as boto3 finds them (also AWS_ACCESS_KEY_ID, ~/.aws)"),
