@@ -1,15 +1,10 @@
-"""One home for where dlrun keeps things and the environment variables it reads."""
+"""One home for where dlrun keeps things (the variables that move them: orchestrator/settings.py)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from infra.paths import HOME_ENV, dlrun_home, keys_dir, spot_prices_path  # noqa: F401  (one home)
-
-# environment variables a user (or a test harness) may set
-RAY_ADDRESS_ENV = "DLRUN_RAY_ADDRESS"  # use this Ray head for local jobs
-NODE_POLL_ENV = "DLRUN_NODE_POLL_S"    # how often node states are polled
-BOOT_TIMEOUT_ENV = "DLRUN_BOOT_TIMEOUT"
+from infra.paths import dlrun_home  # noqa: F401  (one home: infra/ cannot import orchestrator/)
+from orchestrator.settings import env_float
 
 
 def logs_dir() -> Path:
@@ -22,12 +17,9 @@ def job_log_path(job_id: str) -> Path:
     return logs_dir() / f"{job_id}.log"
 
 
-def supervisor_log_path(job_id: str) -> Path:
-    return dlrun_home() / f"supervisor-{job_id}.log"
-
-
-def node_poll_s(default: float = 5.0) -> float:
-    return float(os.environ.get(NODE_POLL_ENV, default))
+def node_poll_s() -> float:
+    """Seconds between polls of a cluster's node states ($DLRUN_NODE_POLL_S)."""
+    return env_float("DLRUN_NODE_POLL_S")
 
 
 def profiles_dir() -> Path:

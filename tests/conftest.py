@@ -142,7 +142,7 @@ def prometheus(ray_head, tmp_path_factory):
         yield None
         return
     from infra.local import head as raycluster
-    from orchestrator.cli.report import ray_session_dir, start_prometheus
+    from orchestrator.monitoring.metrics_stack import ray_session_dir, start_prometheus
 
     session = ray_session_dir(ray_head)
     assert session is not None and session.name.endswith(f"_{ray_head.pgid}"), session

@@ -237,6 +237,18 @@ def test_down_and_dashboard_without_any_head(capsys, monkeypatch):
     assert code == 2 and err.startswith("dlrun: error: no Ray dashboard is up")
 
 
+def test_dashboard_of_a_job_shows_its_page_or_says_why_there_is_none(capsys):
+    code, out, err = dlrun(capsys, "dashboard", "j-nosuch")
+    assert code == 2 and err.strip() == "dlrun: error: no job 'j-nosuch'; `dlrun status` lists them"
+    gone = make_job(backend="aws")  # its cluster is terminated: no tunnel to open
+    code, out, err = dlrun(capsys, "dashboard", gone)
+    assert code == 2 and err.strip() == f"dlrun: error: job {gone}'s cluster is gone; its record: `dlrun status {gone}`"
+    local = make_job(backend="local")
+    default_store().update_job(local, ray_address="http://127.0.0.1:8299")
+    code, out, err = dlrun(capsys, "dashboard", local, "--no-login")
+    assert code == 0 and out.strip() == f"http://127.0.0.1:8299/#/jobs/dlrun-{local}-1"
+
+
 # --- Ctrl-C outside the watch (while launching, say) ----------------------------------------------------------
 
 def test_an_interrupted_submit_says_what_it_cancelled(capsys, tmp_path, monkeypatch):

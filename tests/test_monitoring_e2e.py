@@ -190,14 +190,14 @@ def test_prometheus_with_rays_config_scrapes_the_gauges(job, prometheus):
 
 def test_dashboard_metrics_says_how_to_install_what_is_missing(ray_head, monkeypatch):
     """`dlrun dashboard --metrics` without Prometheus/Grafana installed: one line each on how to get them."""
-    from orchestrator.cli import report as cli_report
+    from orchestrator.monitoring import metrics_stack
 
-    session = cli_report.ray_session_dir(ray_head)
+    session = metrics_stack.ray_session_dir(ray_head)
     assert session is not None and (session / "metrics" / "prometheus" / "prometheus.yml").exists()
-    monkeypatch.setattr(cli_report, "ray_session_dir", lambda head=None: session)
-    monkeypatch.setattr(cli_report.shutil, "which", lambda name, *a, **k: None)
-    monkeypatch.setattr(cli_report, "_answers", lambda url, timeout=1.0: False)  # nothing on :9090/:3000
-    lines = cli_report.start_metrics_stack()
+    monkeypatch.setattr(metrics_stack, "ray_session_dir", lambda head=None: session)
+    monkeypatch.setattr(metrics_stack.shutil, "which", lambda name, *a, **k: None)
+    monkeypatch.setattr(metrics_stack, "_answers", lambda url, timeout=1.0: False)  # nothing on :9090/:3000
+    lines = metrics_stack.start_metrics_stack()
     assert any(line.startswith("prometheus: not installed") and "apt-get install prometheus" in line
                for line in lines), lines
     assert any(line.startswith("grafana: not installed") for line in lines), lines

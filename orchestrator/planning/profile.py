@@ -79,10 +79,6 @@ class WorkloadProfile:
         return sum(o.bytes for o in self.ops if o.flops == 0)
 
     @property
-    def op_count(self) -> int:
-        return sum(o.count for o in self.ops)
-
-    @property
     def state_bytes(self) -> float:
         return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
 

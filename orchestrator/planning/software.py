@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from functools import lru_cache
 
+from infra import capabilities
 from infra import software as sw
 from infra.catalog import Offer
 
@@ -46,10 +47,8 @@ def job_torch(requirements: list[str]) -> tuple[str, str]:
     return v, f"torch=={v}"
 
 
-def _local(offer: Offer) -> bool:
+def _boots_nothing(offer: Offer) -> bool:
     """This machine, or a team's cluster: it runs the torch it has (dlrun boots nothing there)."""
-    from infra import capabilities
-
     return not capabilities(offer.cloud).provisioned
 
 
@@ -67,7 +66,7 @@ def software_for(spec, offer: Offer) -> sw.SoftwarePlan:
 
 def exclusion_reason(spec, offer: Offer) -> str | None:
     """Why the job's software rules an offer out (retired family, no torch wheel for its GPU), or None."""
-    if _local(offer):  # this machine's driver is what it is: only ask whether any build of the torch has its arch
+    if _boots_nothing(offer):  # this machine's driver is what it is: only ask whether any build of the torch has its arch
         if not offer.accelerator or sw.generation(offer.accelerator) is None:
             return None
         try:
@@ -87,7 +86,7 @@ def exclusion_reason(spec, offer: Offer) -> str | None:
 
 def boot_settings(spec, offer: Offer) -> dict:
     """BootstrapConfig fields for a cloud node: the planned torch and its index, the GPUs to check."""
-    if _local(offer):
+    if _boots_nothing(offer):
         return {}
     from orchestrator.config import load_settings
 
@@ -161,7 +160,7 @@ def job_env(offer: Offer) -> dict[str, str]:
 
 def software_json(spec, offer: Offer) -> dict | None:
     """The candidate's software plan for `dlrun plan --json` (None for this machine)."""
-    if _local(offer):
+    if _boots_nothing(offer):
         return None
     try:
         return software_for(spec, offer).to_json()
@@ -209,7 +208,7 @@ def price_age_note(candidates, today: dt.date | None = None) -> str | None:
     today = today or dt.date.today()
     dates = set()
     for c in candidates:
-        if c.offer.cloud == "local" or not c.eligible:
+        if not capabilities(c.offer.cloud).billed or not c.eligible:  # an unbilled offer used no price
             continue
         d = c.offer.spot_price_date if c.spot else c.offer.price_date
         try:

@@ -1,6 +1,8 @@
 """The plan as a person reads it: a table that fits 100 columns, human durations, the one-line choice."""
 from __future__ import annotations
 
+from infra import capabilities
+
 WIDTH = 100
 DEFAULT_ROWS = 12  # the chosen candidate and the best of each GPU configuration, up to this many
 
@@ -45,7 +47,8 @@ def _kept_out_by_account(c) -> bool:
 
 
 def where(offer) -> str:
-    return "local" if offer.cloud == "local" else f"{offer.cloud} {offer.region}"
+    """`aws us-east-1`, `cluster:gpu-lab REGION`; this machine: `local`."""
+    return f"{offer.cloud} {offer.region}" if capabilities(offer.cloud).remote else offer.cloud
 
 
 def shown(plan, show_all: bool) -> list:
@@ -77,7 +80,7 @@ def shown(plan, show_all: bool) -> list:
 
 def _cells(c) -> dict[str, str]:
     o, e = c.offer, c.estimate
-    return {"": "★" if c.chosen else "", "where": where(o), "instance": o.instance_type if o.cloud != "local" else "",
+    return {"": "★" if c.chosen else "", "where": where(o), "instance": o.instance_type if capabilities(o.cloud).remote else "",
             "GPU": gpu_config(o), "market": "spot" if c.spot else (getattr(c, "wait", None) or ""), "time": human_duration(e.total_seconds),
             "cost": money(e.cost), "$/h": money(e.price_per_hour) if e.price_per_hour else "",
             "why not": c.reason or ""}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infra import BACKEND_NAMES, kind
+from infra import BACKEND_NAMES, capabilities, kind
 
 COLORS = {"local": "#2ca02c", "aws": "#ff7f0e", "gcp": "#1f77b4", "cluster": "#9467bd"}
 
@@ -88,6 +88,6 @@ def plan_figure(plan):
 
 def _name(c) -> str:
     o = c.offer
-    where = "this machine" if o.cloud == "local" else f"{o.cloud} {o.region}"
+    where = f"{o.cloud} {o.region}" if capabilities(o.cloud).remote else "this machine"
     gpu = f"{o.accelerator}×{o.accelerator_count}" if o.accelerator else "CPU"
     return f"{where} {o.instance_type} ({gpu}){' spot' if c.spot else ''}"
