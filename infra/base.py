@@ -267,10 +267,10 @@ class Provider(ABC):
     def list_owned(self) -> list[Cluster]:
         """Every cluster with dlrun's tags/labels that is still there (for `dlrun down --orphans`)."""
 
-    def preflight(self) -> None:
+    def preflight(self) -> None:  # noqa: B027  (a no-op default on purpose: most backends need no check)
         """Raise the error that would make every launch here fail (credentials, settings), if any."""
 
-    def heartbeat(self, cluster: Cluster) -> None:
+    def heartbeat(self, cluster: Cluster) -> None:  # noqa: B027  (a no-op default on purpose: no watchdog)
         """Keep the cluster's watchdog from powering its nodes off: dlrun still watches (none by default)."""
 
     def kept_resources(self) -> list[str]:

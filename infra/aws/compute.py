@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from infra.aws import network as net
 from infra.aws.records import TAG_ROLE
@@ -30,7 +31,7 @@ def run_params(request: ClusterRequest, prepared: AwsPrepared, *, zone: str, cou
     is_head = head_ip is None
     role = "head" if is_head else "worker"
     tags = prepared.tags
-    params = dict(
+    params: dict[str, Any] = dict(
         ImageId=prepared.ami, InstanceType=request.offer.instance_type, MinCount=count, MaxCount=count,
         KeyName=prepared.key_name, SecurityGroupIds=[prepared.group_id], Placement={"AvailabilityZone": zone},
         UserData=startup_script(prepared.cfg, is_head=is_head, head_ip=head_ip, cluster_id=request.cluster_id,

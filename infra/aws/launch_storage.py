@@ -21,7 +21,8 @@ from infra.aws import storage
 from infra.aws.errors import error_code
 from infra.base import ProvisionError
 
-DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys (docs.aws.amazon.com/AmazonS3/latest/API/API_DeleteObjects.html)
+# DeleteObjects takes at most 1000 keys (docs.aws.amazon.com/AmazonS3/latest/API/API_DeleteObjects.html)
+DELETE_BATCH = 1000
 
 
 def prepare_storage(session, url: str, *, region: str, owner: str, endpoint_url: str | None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Any
 
 import boto3
 from botocore.config import Config
@@ -52,7 +53,7 @@ class AwsProvider(AwsTeardown, VmProvider[AwsPrepared]):
         # botocore's "standard" mode retries RequestLimitExceeded/throttling with exponential backoff
         self._config = Config(retries={"mode": "standard", "max_attempts": max_attempts},
                               connect_timeout=10, read_timeout=60)
-        self._clients: dict[str, object] = {}
+        self._clients: dict[str, Any] = {}  # region -> boto3 EC2 client
         self._amis: dict[tuple[str, str], tuple[str, str]] = {}
         self._terminated: set[str] = set()
         # region -> the subnet the user chose ($DLRUN_HOME/config.yaml aws.subnets; infra/aws/vpc.py): read

@@ -119,7 +119,8 @@ class AwsTeardown:
             if name != role_name(cid):
                 continue  # not the name dlrun gives that cluster's role: never touched
             if cid not in by_id:
-                by_id[cid] = Cluster(cluster_id=cid, provider=self.name, region=tags.get(TAG_REGION) or self.region or "",
+                by_id[cid] = Cluster(cluster_id=cid, provider=self.name,
+                                     region=tags.get(TAG_REGION) or self.region or "",
                                      zone="", instance_type="", spot=False, price_per_hour=0.0,
                                      job_id=tags.get(TAG_JOB, ""), extra={"owner": tags.get(TAG_OWNER, "")})
                 clusters.append(by_id[cid])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
+from typing import Any
 
 import google.auth
 from google.api_core import exceptions as gexc
@@ -68,7 +69,7 @@ class GcpProvider(GcpTeardown, VmProvider[GcpPrepared]):
         from infra.refresh.zones import gcp_region_zones  # regions `dlrun catalog refresh` found
 
         self.zone_table = {**DEFAULT_ZONES, **gcp_region_zones(), **(zones or {})}
-        self._clients: dict[str, object] | None = None
+        self._clients: dict[str, Any] | None = None  # name -> a RateLimited Compute Engine client
         self._terminated: set[str] = set()
         self._access_checked = False
         self._networked: set[str] = set()  # regions whose network and subnet are known to exist
@@ -77,10 +78,10 @@ class GcpProvider(GcpTeardown, VmProvider[GcpPrepared]):
     # ---------------------------------------------------------------- clients
     @property
     def project(self) -> str:
-        self._connect()
-        return self._project
+        self._connect()  # sets the project, or raises CredentialsError without one
+        return self._project or ""
 
-    def _connect(self) -> dict[str, object]:
+    def _connect(self) -> dict[str, Any]:
         """Clients are made on first use, so a missing login surfaces as CredentialsError in launch."""
         if self._clients is not None:
             return self._clients
@@ -304,7 +305,8 @@ class GcpProvider(GcpTeardown, VmProvider[GcpPrepared]):
         self._delete_instances(created.instances)
         self._delete_firewalls(created.firewalls)
         if created.identity:
-            remove_node_account(self._credentials, self.project, created.identity, self.storage_endpoint, self.iam_endpoint)
+            remove_node_account(self._credentials, self.project, created.identity, self.storage_endpoint,
+                                self.iam_endpoint)
         created.instances, created.firewalls, created.key, created.identity = [], [], "", ""
 
     def _wait(self, op_name: str, zone: str | None, *, what: str = "", region: str = "",
