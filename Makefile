@@ -1,4 +1,4 @@
-.PHONY: setup demo test bench
+.PHONY: setup demo lint test bench
 VENV := .venv
 export RAY_USAGE_STATS_ENABLED := 0
 
@@ -15,8 +15,13 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/dlrun submit configs/examples/digits_cnn.yaml --max-cost 5
 
+# ruff and pyright on the folders turned on so far (pyproject.toml [tool.ruff] / [tool.pyright]); seconds
+lint: setup
+	$(VENV)/bin/ruff check infra orchestrator/runs
+	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(VENV)/bin/pyright  # no look-up of a newer pyright on PyPI
+
 # pytest exits 5 when no tests were collected: make fails on it, as on any failure
-test: setup
+test: setup lint
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
 
 bench: setup

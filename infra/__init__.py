@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from infra.base import Capabilities
+from infra.base import Capabilities, Provider
 
 # name -> (module:class, what the orchestrator may ask of it instead of comparing names)
 BACKENDS: dict[str, tuple[str, Capabilities]] = {
@@ -56,13 +56,21 @@ def backend_choices() -> tuple[str, ...]:
     return BACKEND_NAMES + tuple(s.backend for s in clusters.values())
 
 
-def get_provider(name: str, **kwargs):
-    """The backend called `name`; imports its SDK only now."""
+def provider_class(name: str) -> type[Provider]:
+    """The class behind a backend name (imports its module, and so its SDK); constructs nothing."""
     capabilities(name)  # unknown names fail with the list of known ones
     module, _, cls = BACKENDS[kind(name)][0].partition(":")
+    found = getattr(importlib.import_module(module), cls)
+    if not (isinstance(found, type) and issubclass(found, Provider)):
+        raise TypeError(f"{module}:{cls} (backend {kind(name)}) is not an infra.base.Provider")
+    return found
+
+
+def get_provider(name: str, **kwargs) -> Provider:
+    """The backend called `name`; imports its SDK only now."""
     if kind(name) == "cluster":
         kwargs["name"] = name
-    return getattr(importlib.import_module(module), cls)(**kwargs)
+    return provider_class(name)(**kwargs)
 
 
 def offers_for(names, problems: list[str] | None = None) -> list:

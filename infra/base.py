@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal
 
 from infra.catalog import Offer, canonical_gpu
 
@@ -234,35 +235,54 @@ class NodeState:
     reason: str = ""
 
 
-@runtime_checkable
-class Provider(Protocol):
-    name: str
+class Provider(ABC):
+    """The contract every backend implements (local, aws, gcp, cluster), and what `infra.get_provider`
+    returns. The abstract methods are what a backend must say for itself; the concrete ones are defaults
+    a backend overrides only when it has something to do there, so callers never ask whether it has them."""
+
+    name: str = ""
     capabilities: Capabilities
 
+    @abstractmethod
     def offers(self) -> list[Offer]:
         """The planner's candidates on this backend (this machine's GPUs/CPU, or catalog rows)."""
 
-    def connect(self, cluster: Cluster) -> Connection:
-        """The head's Ray dashboard / Jobs API as a local address: direct, or through an SSH tunnel."""
-
-    def preflight(self) -> None:
-        """Raise the error that would make every launch here fail (credentials, settings), if any."""
-
-    def heartbeat(self, cluster: Cluster) -> None:
-        """Keep the cluster's watchdog from powering its nodes off: dlrun still watches."""
-
+    @abstractmethod
     def launch(self, request: ClusterRequest) -> Cluster:
         """Start (or find, when already started: idempotent by cluster id) the cluster's nodes."""
 
+    @abstractmethod
+    def connect(self, cluster: Cluster) -> Connection:
+        """The head's Ray dashboard / Jobs API as a local address: direct, or through an SSH tunnel."""
+
+    @abstractmethod
     def status(self, cluster: Cluster) -> list[NodeState]:
         """Each node's state: running / preempted / gone ..."""
 
+    @abstractmethod
     def terminate(self, cluster: Cluster) -> None:
         """Remove every resource of the cluster; safe to call twice."""
 
+    @abstractmethod
     def list_owned(self) -> list[Cluster]:
         """Every cluster with dlrun's tags/labels that is still there (for `dlrun down --orphans`)."""
+
+    def preflight(self) -> None:  # noqa: B027  (a no-op default on purpose: most backends need no check)
+        """Raise the error that would make every launch here fail (credentials, settings), if any."""
+
+    def heartbeat(self, cluster: Cluster) -> None:  # noqa: B027  (a no-op default on purpose: no watchdog)
+        """Keep the cluster's watchdog from powering its nodes off: dlrun still watches (none by default)."""
+
+    def kept_resources(self) -> list[str]:
+        """What `dlrun down --orphans` lists and leaves on purpose (e.g. dlrun's VPC), one line each."""
+        return []
 
     def submission_extras(self, offer: Offer, workers: int, cluster: Cluster) -> dict:
         """What the job's Ray submission needs besides its entrypoint on this backend (entrypoint resources,
         metadata, runtime_env additions); {} where dlrun's own cluster runs one job."""
+        return {}
+
+    def clear_run_prefix(self, owner: str, relative: str) -> dict[str, list[str]]:
+        """`--fresh`: remove runs/<relative>/ in `owner`'s dlrun buckets of this backend; {prefix URL: the
+        names removed}. {} where the backend has no buckets of dlrun's."""
+        return {}

@@ -42,6 +42,8 @@ class LoginLink:
 
     @property
     def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("LoginLink.url before start()")
         host = urlparse(self.target_url).hostname
         return f"http://{host}:{self._server.server_address[1]}/login/{self._key}"
 

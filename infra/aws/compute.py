@@ -1,24 +1,41 @@
 """The run_instances request for one role (head or workers) of a cluster, and reading instances back."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from infra.aws import network as net
 from infra.aws.records import TAG_ROLE
-from infra.base import TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, ClusterRequest
+from infra.base import TAG_CLUSTER, TAG_JOB, TAG_OWNER, ClusterRequest
 from infra.vm.bootstrap import startup_script
+from infra.vm.provider import Prepared
 
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
 
 
-def run_params(request: ClusterRequest, *, ami: str, group_id: str, key_name: str, tags: dict[str, str],
-               cfg: BootstrapConfig, zone: str, count: int, head_ip: str | None, login_user: str,
-               profile: str = "", subnet_id: str = "", root: dict | None = None) -> dict:
+@dataclass
+class AwsPrepared(Prepared):
+    """What every zone's run_instances of one launch shares (provider.prepare)."""
+
+    ami: str = ""
+    login_user: str = ""  # the SSH user of the AMI
+    group_id: str = ""    # the cluster's security group
+    key_name: str = ""    # the EC2 key pair: the cluster's own, or the user's (aws key_name)
+    tags: dict[str, str] = field(default_factory=dict)  # every instance's tags
+    profile: str = ""     # the node role's instance profile ("": no bucket, no credentials on the node)
+    root: dict = field(default_factory=dict)  # the root volume's block device mapping ({}: the AMI's)
+
+
+def run_params(request: ClusterRequest, prepared: AwsPrepared, *, zone: str, count: int, head_ip: str | None,
+               subnet_id: str = "") -> dict:
     is_head = head_ip is None
     role = "head" if is_head else "worker"
-    params = dict(
-        ImageId=ami, InstanceType=request.offer.instance_type, MinCount=count, MaxCount=count,
-        KeyName=key_name, SecurityGroupIds=[group_id], Placement={"AvailabilityZone": zone},
-        UserData=startup_script(cfg, is_head=is_head, head_ip=head_ip, cluster_id=request.cluster_id,
-                                login_user=login_user),
+    tags = prepared.tags
+    params: dict[str, Any] = dict(
+        ImageId=prepared.ami, InstanceType=request.offer.instance_type, MinCount=count, MaxCount=count,
+        KeyName=prepared.key_name, SecurityGroupIds=[prepared.group_id], Placement={"AvailabilityZone": zone},
+        UserData=startup_script(prepared.cfg, is_head=is_head, head_ip=head_ip, cluster_id=request.cluster_id,
+                                login_user=prepared.login_user),
         InstanceInitiatedShutdownBehavior="terminate",
         TagSpecifications=[
             net.tag_spec("instance", {**tags, TAG_ROLE: role,
@@ -28,10 +45,10 @@ def run_params(request: ClusterRequest, *, ami: str, group_id: str, key_name: st
     )
     if subnet_id:  # infra/aws/vpc.py's choice; without it EC2 needs a default VPC with a default subnet here
         params["SubnetId"] = subnet_id
-    if root:  # the root volume, sized from the plan (images.root_volume)
-        params["BlockDeviceMappings"] = [root]
-    if profile:  # the node's only credentials: a role scoped to the run's bucket prefix
-        params["IamInstanceProfile"] = {"Name": profile}
+    if prepared.root:  # the root volume, sized from the plan (images.root_volume)
+        params["BlockDeviceMappings"] = [prepared.root]
+    if prepared.profile:  # the node's only credentials: a role scoped to the run's bucket prefix
+        params["IamInstanceProfile"] = {"Name": prepared.profile}
     if request.spot:
         params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
             "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
@@ -53,15 +70,3 @@ def by_ids(ec2, ids: list[str], states=None) -> list[dict]:
 def of_cluster(ec2, cluster_id: str, states) -> list[dict]:
     return describe(ec2, [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster_id]},
                           {"Name": "instance-state-name", "Values": list(states)}])
-
-
-def zone_ids(ec2) -> dict[str, str]:
-    """Zone name (us-east-1a, differs per account) -> zone ID (use1-az1, the same for everyone)."""
-    return {z["ZoneName"]: z["ZoneId"] for z in ec2.describe_availability_zones()["AvailabilityZones"]
-            if z.get("ZoneId")}
-
-
-def available_zones(ec2) -> list[str]:
-    zones = ec2.describe_availability_zones(
-        Filters=[{"Name": "state", "Values": ["available"]}])["AvailabilityZones"]
-    return sorted(z["ZoneName"] for z in zones if z.get("ZoneType", "availability-zone") == "availability-zone")

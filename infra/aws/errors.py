@@ -70,7 +70,8 @@ def to_provider_error(err: BaseException, *, region: str = "", zone: str = "",
         if code in CAPACITY_CODES:
             return CapacityError(f"no capacity for {subject}: {code}: {message}", **where)
         if code in QUOTA_CODES:
-            return QuotaError(f"quota exhausted for {subject}: {code}: {message}", **where)
+            return QuotaError(f"quota exhausted for {subject}: {code}: {message}", cloud="aws", region=region,
+                              zone=zone)
         if code in CREDENTIAL_CODES:
             return CredentialsError(f"{CREDENTIALS_HOWTO} ({code})", **where)
         if code in THROTTLE_CODES:

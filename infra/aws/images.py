@@ -16,7 +16,8 @@ _HOWTO = "set `image:` in the job file to an AMI id"
 
 def _describe(ec2, **kw) -> list[dict]:
     found = ec2.describe_images(**kw)["Images"]
-    return [i for i in found if i.get("Architecture", "x86_64") == "x86_64" and i.get("State", "available") == "available"]
+    return [i for i in found
+            if i.get("Architecture", "x86_64") == "x86_64" and i.get("State", "available") == "available"]
 
 
 def _user(image: dict) -> str:

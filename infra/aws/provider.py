@@ -9,36 +9,34 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from infra.aws import compute, network as net, quotas, vpc
-from infra.aws.compute import LIVE_STATES
-from infra.aws.errors import (CREDENTIALS_HOWTO, START_CAPACITY_REASONS, error_code, quota_error,
-                              to_provider_error)
+import infra
+from infra.aws import compute, network as net, quotas, vpc, zones
+from infra.aws.compute import AwsPrepared
+from infra.aws.errors import CREDENTIALS_HOWTO, START_CAPACITY_REASONS, error_code, quota_error, to_provider_error
 from infra.aws.images import find_image, root_volume
+from infra.aws.launch_storage import prepare_storage, remove_node_role, run_instances
+from infra.aws.records import TAG_PRICE, TAG_SPOT, TAG_SSH_USER, UP_STATES, cluster_from_instances, node_state
+from infra.aws.storage import role_name
+from infra.aws.teardown import AwsTeardown
+from infra.base import (TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, CapacityError, Cluster, ClusterRequest,
+                        CredentialsError, NodeState, ProvisionError)
 from infra.buckets import node_client_packages
-from infra.aws.launch_storage import (clear_run_prefix, leftover_node_roles, prepare_storage,
-                                      remove_node_role, run_instances)
-from infra.aws.storage import TAG_REGION, role_name
-from infra.aws.records import (TAG_PRICE, TAG_SPOT, TAG_SSH_USER, TAG_TERMINATING, UP_STATES,
-                               cluster_from_instances, node_state, tags_of)
-from infra.base import (TAG_CLUSTER, TAG_JOB, TAG_OWNER, BootstrapConfig, CapacityError, Cluster,
-                        ClusterRequest, CredentialsError, NodeState, ProvisionError)
 from infra.identity import owner_identity
-from infra.vm.keys import remove_cluster_key
-from infra.auth import remove_token
-from infra.vm.ssh import end_ssh, forget_host_keys
 from infra.vm.poll import poll_until
 from infra.vm.provider import Created, Found, VmProvider, local_ray_version
 
 log = logging.getLogger(__name__)
 
 
-class AwsProvider(VmProvider):
+class AwsProvider(AwsTeardown, VmProvider[AwsPrepared]):
     name = "aws"
+    capabilities = infra.capabilities("aws")
 
     def __init__(self, region: str | None = None, endpoint_url: str | None = None, session=None,
                  ssh_cidr: str | None = None, *, regions: list[str] | None = None,
@@ -55,7 +53,7 @@ class AwsProvider(VmProvider):
         # botocore's "standard" mode retries RequestLimitExceeded/throttling with exponential backoff
         self._config = Config(retries={"mode": "standard", "max_attempts": max_attempts},
                               connect_timeout=10, read_timeout=60)
-        self._clients: dict[str, object] = {}
+        self._clients: dict[str, Any] = {}  # region -> boto3 EC2 client
         self._amis: dict[tuple[str, str], tuple[str, str]] = {}
         self._terminated: set[str] = set()
         # region -> the subnet the user chose ($DLRUN_HOME/config.yaml aws.subnets; infra/aws/vpc.py): read
@@ -99,10 +97,10 @@ class AwsProvider(VmProvider):
         return Found(self._cluster(region, request.cluster_id, existing), complete=True) if existing else None
 
     def zones(self, region: str) -> list[str]:
-        return compute.available_zones(self._ec2(region))
+        return zones.available_zones(self._ec2(region))
 
     def zone_ids(self, region: str) -> dict[str, str]:
-        return compute.zone_ids(self._ec2(region))
+        return zones.zone_ids(self._ec2(region))
 
     def zones_for(self, request: ClusterRequest) -> list[str]:
         """A subnet the user named lives in one zone: only that one."""
@@ -119,7 +117,7 @@ class AwsProvider(VmProvider):
                                                 owner=owner or owner_identity())
         return self._networks[region]
 
-    def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> dict:
+    def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> AwsPrepared:
         region = request.offer.region
         ec2 = self._ec2(region)
         gpu = bool(request.offer.accelerator)
@@ -152,10 +150,10 @@ class AwsProvider(VmProvider):
                                       cluster_id=request.cluster_id, job_id=request.job_id,
                                       data_read=request.data_read, data_uploads=request.data_uploads)
             cfg = replace(cfg, python_packages=[*cfg.python_packages, *node_client_packages("s3")])
-        return dict(ami=ami, group_id=group_id, key_name=key_name, tags=instance_tags, login_user=ssh_user,
-                    cfg=cfg, profile=profile, root=self._roots[root_key])
+        return AwsPrepared(cfg=cfg, ami=ami, login_user=ssh_user, group_id=group_id, key_name=key_name,
+                           tags=instance_tags, profile=profile, root=self._roots[root_key])
 
-    def launch_in_zone(self, request: ClusterRequest, zone: str, prepared: dict, existing,
+    def launch_in_zone(self, request: ClusterRequest, zone: str, prepared: AwsPrepared, existing: Found | None,
                        created: Created) -> Cluster:
         region = request.offer.region
         ec2 = self._ec2(region)
@@ -164,19 +162,19 @@ class AwsProvider(VmProvider):
         if subnet is None:  # CapacityError: the skeleton moves on to the next zone
             raise CapacityError(f"no usable subnet in {zone}: {network.why_none.get(zone, 'none found')}",
                                 cloud="aws", region=region, zone=zone)
-        prepared = {**prepared, "subnet_id": subnet}
-        head = self._run(ec2, request, prepared, created, zone=zone, count=1, head_ip=None)[0]
+        head = self._run(ec2, request, prepared, created, zone=zone, subnet=subnet, count=1, head_ip=None)[0]
         head_ip = self._poll(lambda: next((i.get("PrivateIpAddress") for i in compute.by_ids(ec2, [head])), None),
                              f"{head} got no private IP")
         if request.num_nodes > 1:
-            self._run(ec2, request, prepared, created, zone=zone, count=request.num_nodes - 1, head_ip=head_ip)
+            self._run(ec2, request, prepared, created, zone=zone, subnet=subnet, count=request.num_nodes - 1,
+                      head_ip=head_ip)
         ids = [i for z, i in created.instances if z == zone]
         instances = self._poll(lambda: self._all_running(ec2, ids), f"instances not running ({ids})")
         return self._cluster(request.offer.region, request.cluster_id, instances)
 
-    def _run(self, ec2, request: ClusterRequest, prepared: dict, created: Created, *, zone: str, count: int,
-             head_ip: str | None) -> list[str]:
-        params = compute.run_params(request, zone=zone, count=count, head_ip=head_ip, **prepared)
+    def _run(self, ec2, request: ClusterRequest, prepared: AwsPrepared, created: Created, *, zone: str, subnet: str,
+             count: int, head_ip: str | None) -> list[str]:
+        params = compute.run_params(request, prepared, zone=zone, count=count, head_ip=head_ip, subnet_id=subnet)
         try:
             ids = [i["InstanceId"] for i in run_instances(ec2, params, self._poll)["Instances"]]
         except ClientError as e:
@@ -217,7 +215,6 @@ class AwsProvider(VmProvider):
             self._delete_group_when_free(ec2, group_id)
         if created.key:
             net.delete_key_pair(ec2, created.key)
-            remove_cluster_key(cluster_id)
         if created.identity:
             remove_node_role(self._session, created.identity, self.endpoint_url)
 
@@ -230,135 +227,6 @@ class AwsProvider(VmProvider):
             raise to_provider_error(e, region=cluster.region) from None
         return [node_state(n.node_id, found.get(n.node_id), spot=cluster.spot,
                            terminated_by_us=n.node_id in self._terminated) for n in cluster.nodes]
-
-    # ---------------------------------------------------------------- terminate
-    def terminate(self, cluster: Cluster) -> None:
-        try:
-            ec2 = self._ec2(cluster.region)
-            self._remove_all(ec2, cluster.cluster_id, [n.node_id for n in cluster.nodes],
-                             own_key=bool(cluster.extra.get("own_key")), role=cluster.extra.get("node_role", ""))
-        except (ClientError, BotoCoreError) as e:
-            raise to_provider_error(e, region=cluster.region) from None
-
-    def _remove_all(self, ec2, cluster_id: str, node_ids: list[str], own_key: bool, role: str = "") -> None:
-        """SSH to the cluster first (nothing may reach its nodes or re-create its known_hosts from now on),
-        then instances (by id and by tag), the security group(s), the key pair(s) and the node role."""
-        end_ssh(cluster_id)
-        instances = compute.of_cluster(ec2, cluster_id, LIVE_STATES) + compute.by_ids(ec2, node_ids, LIVE_STATES)
-        live = {i["InstanceId"] for i in instances}
-        self._terminate_ids(ec2, sorted(live))
-        self._wait_gone(ec2, sorted(live))
-        for group in net.find_security_groups(ec2, cluster_id):
-            self._delete_group_when_free(ec2, group["GroupId"])
-        forget_host_keys(cluster_id)
-        remove_token(cluster_id)
-        if not own_key:
-            for key in net.find_key_pairs(ec2, cluster_id):
-                net.delete_key_pair(ec2, key)
-            remove_cluster_key(cluster_id)
-        if role or any(i.get("IamInstanceProfile") for i in instances):  # last: EC2's part is done first
-            remove_node_role(self._session, role_name(cluster_id), self.endpoint_url)
-
-    def _terminate_ids(self, ec2, ids: list[str]) -> None:
-        if not ids:
-            return
-        self._terminated.update(ids)
-        try:
-            ec2.create_tags(Resources=ids, Tags=[{"Key": TAG_TERMINATING, "Value": "true"}])
-        except ClientError as e:
-            log.warning("could not mark %s as terminating: %s", ids, e)
-        ec2.terminate_instances(InstanceIds=ids)
-
-    def _wait_gone(self, ec2, ids: list[str]) -> None:
-        if ids:
-            self._poll(lambda: not compute.by_ids(ec2, ids, LIVE_STATES), f"instances still shutting down ({ids})")
-
-    def _delete_group_when_free(self, ec2, group_id: str) -> None:
-        # an instance that is shutting down still holds the group for a little while
-        def try_delete():
-            try:
-                net.delete_security_group(ec2, group_id)
-                return True
-            except ClientError as e:
-                if error_code(e) != "DependencyViolation":
-                    raise
-                return False
-        self._poll(try_delete, f"security group {group_id} still in use")
-
-    def clear_run_prefix(self, owner: str, relative: str) -> dict[str, list[str]]:
-        """`--fresh` in dlrun's own buckets (launch_storage.clear_run_prefix); {} without AWS credentials:
-        no attempt of the run could reach them then."""
-        if self._session.get_credentials() is None:
-            return {}
-        try:
-            return clear_run_prefix(self._session, owner, relative, self.endpoint_url)
-        except (ClientError, BotoCoreError) as e:
-            raise to_provider_error(e) from None
-
-    # ---------------------------------------------------------------- list_owned
-    def list_owned(self) -> list[Cluster]:
-        clusters: list[Cluster] = []
-        for region in self._search_regions():
-            try:
-                clusters.extend(self._owned_in(region))
-            except (ClientError, BotoCoreError) as e:
-                raise to_provider_error(e, region=region) from None
-        try:
-            roles = leftover_node_roles(self._session, self.endpoint_url)
-        except (ClientError, BotoCoreError) as e:
-            raise to_provider_error(e) from None
-        return self._with_roles(clusters, roles)
-
-    def _with_roles(self, clusters: list[Cluster], roles: dict[str, dict[str, str]]) -> list[Cluster]:
-        """IAM is global: each node role goes with its cluster, or is a leftover of its own (a launch that
-        died after making the role and before its instances)."""
-        by_id = {c.cluster_id: c for c in clusters}
-        for name, tags in sorted(roles.items()):
-            cid = tags[TAG_CLUSTER]
-            if name != role_name(cid):
-                continue  # not the name dlrun gives that cluster's role: never touched
-            if cid not in by_id:
-                by_id[cid] = Cluster(cluster_id=cid, provider=self.name, region=tags.get(TAG_REGION) or self.region or "",
-                                     zone="", instance_type="", spot=False, price_per_hour=0.0,
-                                     job_id=tags.get(TAG_JOB, ""), extra={"owner": tags.get(TAG_OWNER, "")})
-                clusters.append(by_id[cid])
-            by_id[cid].extra["node_role"] = name
-        return clusters
-
-    def kept_resources(self) -> list[str]:
-        """What `dlrun down --orphans` lists and leaves: dlrun's VPC in each region it searches."""
-        lines: list[str] = []
-        for region in self._search_regions():
-            try:
-                lines += vpc.describe_kept(self._ec2(region), region)
-            except (ClientError, BotoCoreError) as e:
-                raise to_provider_error(e, region=region) from None
-        return lines
-
-    def _search_regions(self) -> list[str]:
-        if self.regions:
-            return list(dict.fromkeys(self.regions))
-        regions = [o.region for o in self.offers()]
-        return list(dict.fromkeys(([self.region] if self.region else []) + regions))
-
-    def _owned_in(self, region: str) -> list[Cluster]:
-        ec2 = self._ec2(region)
-        tagged = [{"Name": "tag-key", "Values": [TAG_CLUSTER]}]
-        by_cluster: dict[str, list[dict]] = {}
-        for inst in compute.describe(ec2, tagged + [{"Name": "instance-state-name", "Values": list(LIVE_STATES)}]):
-            by_cluster.setdefault(tags_of(inst)[TAG_CLUSTER], []).append(inst)
-        leftovers: dict[str, dict[str, str]] = {}
-        for group in ec2.describe_security_groups(Filters=tagged)["SecurityGroups"]:
-            leftovers.setdefault(tags_of(group)[TAG_CLUSTER], tags_of(group))
-        for key in ec2.describe_key_pairs(Filters=tagged)["KeyPairs"]:
-            leftovers.setdefault(tags_of(key)[TAG_CLUSTER], tags_of(key))
-        clusters = [self._cluster(region, cid, insts) for cid, insts in by_cluster.items()]
-        for cid, tags in leftovers.items():
-            if cid not in by_cluster:
-                clusters.append(Cluster(cluster_id=cid, provider=self.name, region=region, zone="",
-                                        instance_type="", spot=False, price_per_hour=0.0,
-                                        job_id=tags.get(TAG_JOB, ""), extra={"owner": tags.get(TAG_OWNER, "")}))
-        return clusters
 
     def _cluster(self, region: str, cluster_id: str, instances: list[dict]) -> Cluster:
         return cluster_from_instances(region, cluster_id, instances,

@@ -49,7 +49,8 @@ BUCKETS: tuple[Bucket, ...] = (
 )
 P5_SPOT = "L-C4BD4855"  # "All P5 Spot Instance Requests", apart from L-7212CCBC in older docs
 
-# the RunInstances error codes that mean "a quota is full" (docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html)
+# the RunInstances error codes that mean "a quota is full"
+# (docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html)
 VCPU_CODES = frozenset({"VcpuLimitExceeded", "MaxSpotInstanceCountExceeded", "InstanceLimitExceeded"})
 
 

@@ -6,9 +6,10 @@ killed (`dlrun down --orphans`) is as complete as the one launch() returned.
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
-from infra.vm.keys import key_path
 from infra.base import TAG_JOB, TAG_OWNER, Cluster, Node, NodeState
+from infra.vm.keys import key_path
 
 TAG_ROLE = "dlrun-role"          # head / worker
 TAG_PRICE = "dlrun-price"        # per-node hourly price used at launch
@@ -66,7 +67,7 @@ def cluster_from_instances(region: str, cluster_id: str, instances: list[dict], 
         spot=head_tags.get(TAG_SPOT) == "true" or first.get("InstanceLifecycle") == "spot",
         price_per_hour=float(head_tags.get(TAG_PRICE) or 0.0), nodes=nodes,
         job_id=head_tags.get(TAG_JOB, ""),
-        launched_at=launched.timestamp() if hasattr(launched, "timestamp") else time.time(),
+        launched_at=launched.timestamp() if isinstance(launched, datetime) else time.time(),
         # not an HTTP address: the runner reaches the head's Jobs API through infra.vm.ssh.open_tunnel
         head_address=f"ssh://{ssh_user}@{head.public_ip or head.private_ip}",
         ssh_user=ssh_user,

@@ -106,7 +106,8 @@ def ensure_node_profile(iam, bucket: str, prefix: str, owner: str, read: tuple[s
         if e.response.get("Error", {}).get("Code") != "EntityAlreadyExists":
             raise
     # put (not only on creation): a role left half-made by an interrupted launch gets its policy
-    iam.put_role_policy(RoleName=name, PolicyName="dlrun-run-storage", PolicyDocument=json.dumps(node_policy(bucket, prefix, read)))
+    iam.put_role_policy(RoleName=name, PolicyName="dlrun-run-storage",
+                        PolicyDocument=json.dumps(node_policy(bucket, prefix, read)))
     try:
         iam.create_instance_profile(InstanceProfileName=name, Path=ROLE_PATH, Tags=tags)
     except ClientError as e:

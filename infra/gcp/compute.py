@@ -23,6 +23,7 @@ the node's own watchdog (infra/vm/watchdog.sh, at max_run_s) never runs. GCE all
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from google.cloud import compute_v1
 
@@ -32,6 +33,15 @@ from infra.base import TAG_CLUSTER, TAG_JOB, TAG_OWNER, ClusterRequest, Provisio
 from infra.identity import owner_identity
 from infra.gcp.network import SSH_USER, cluster_tag, network_link, slug, subnetwork_link
 from infra.catalog import gpu_spec
+from infra.vm.provider import Prepared
+
+
+@dataclass
+class GcpPrepared(Prepared):
+    """What every zone's inserts of one launch share (provider.prepare)."""
+
+    public_key: str = ""       # the cluster's SSH public key line (the instance's `ssh-keys` metadata)
+    service_account: str = ""  # the node account's email ("": none)
 
 # zones dlrun tries, in order, per region (GPU zones from cloud.google.com/compute/docs/gpus/gpu-regions-zones)
 DEFAULT_ZONES: dict[str, list[str]] = {

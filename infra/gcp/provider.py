@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
+from typing import Any
 
 import google.auth
 from google.api_core import exceptions as gexc
@@ -26,22 +27,23 @@ from google.auth import exceptions as auth_exc
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
+import infra
 from infra.base import (TAG_CLUSTER, BootstrapConfig, Cluster, ClusterRequest, CredentialsError, NodeState,
                         ProviderError, ProvisionError)
-from infra.gcp import errors as gcp_errors, network as net
 from infra.buckets import node_client_packages
+from infra.catalog import sold_markets
+from infra.gcp import errors as gcp_errors, network as net
+from infra.gcp.compute import DEFAULT_ZONES, GcpPrepared, addresses_of, instance_body, instance_names
 from infra.gcp.launch_storage import prepare_node_account, prepare_storage, remove_node_account
-from infra.gcp.storage import account_email, account_id
-from infra.gcp.zones import zones_for
+from infra.gcp.records import cluster_from_instances, node_state
 from infra.gcp.retry import RateLimited
 from infra.gcp.self_end import SELF_DELETE_ROLE, self_end_script
-from infra.identity import owner_identity
-from infra.gcp.compute import DEFAULT_ZONES, addresses_of, instance_body, instance_names
-from infra.gcp.records import cluster_from_instances, node_state
-from infra.gcp.markets import sold_markets
+from infra.gcp.storage import account_email, account_id
 from infra.gcp.teardown import GcpTeardown
+from infra.gcp.zones import zones_for
+from infra.identity import owner_identity
 from infra.vm.bootstrap import startup_script
-from infra.vm.keys import ensure_cluster_key, key_path, remove_cluster_key
+from infra.vm.keys import ensure_cluster_key, key_path
 from infra.vm.provider import Created, Found, VmProvider, local_ray_version
 
 PREEMPTED_OPERATION = "compute.instances.preempted"
@@ -49,8 +51,9 @@ PREEMPTED_OPERATION = "compute.instances.preempted"
 ACCOUNT_PROPAGATION_S, ACCOUNT_RETRY_S = 180.0, 5.0
 
 
-class GcpProvider(GcpTeardown, VmProvider):
+class GcpProvider(GcpTeardown, VmProvider[GcpPrepared]):
     name = "gcp"
+    capabilities = infra.capabilities("gcp")
     operation_timeout_s = 600.0
 
     def __init__(self, project: str | None = None, credentials=None, api_endpoint: str | None = None,
@@ -66,7 +69,7 @@ class GcpProvider(GcpTeardown, VmProvider):
         from infra.refresh.zones import gcp_region_zones  # regions `dlrun catalog refresh` found
 
         self.zone_table = {**DEFAULT_ZONES, **gcp_region_zones(), **(zones or {})}
-        self._clients: dict[str, object] | None = None
+        self._clients: dict[str, Any] | None = None  # name -> a RateLimited Compute Engine client
         self._terminated: set[str] = set()
         self._access_checked = False
         self._networked: set[str] = set()  # regions whose network and subnet are known to exist
@@ -75,10 +78,10 @@ class GcpProvider(GcpTeardown, VmProvider):
     # ---------------------------------------------------------------- clients
     @property
     def project(self) -> str:
-        self._connect()
-        return self._project
+        self._connect()  # sets the project, or raises CredentialsError without one
+        return self._project or ""
 
-    def _connect(self) -> dict[str, object]:
+    def _connect(self) -> dict[str, Any]:
         """Clients are made on first use, so a missing login surfaces as CredentialsError in launch."""
         if self._clients is not None:
             return self._clients
@@ -128,7 +131,7 @@ class GcpProvider(GcpTeardown, VmProvider):
         for o in super().offers():
             if o.region in self.zone_table and not zones_for(o, self.zone_table[o.region]):
                 continue
-            markets = sold_markets(o.instance_type)
+            markets = sold_markets(o)
             if markets is not None:
                 o.extra["markets"] = markets  # e.g. a3-highgpu-1g: spot only (configs/catalog/gcp_markets.csv)
             out.append(o)
@@ -154,9 +157,9 @@ class GcpProvider(GcpTeardown, VmProvider):
         # a half-made cluster is finished where it is (never complete here: launch_in_zone waits for it)
         return Found(None, complete=False, zones=list(existing), instances=existing) if existing else None
 
-    def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> dict:
+    def prepare(self, request: ClusterRequest, ssh_cidr: str, created: Created) -> GcpPrepared:
         self._check_project()
-        markets = sold_markets(request.offer.instance_type)
+        markets = sold_markets(request.offer)
         market = "spot" if request.spot else "on-demand"
         if markets is not None and market not in markets:
             raise ProvisionError(f"GCP does not sell {request.offer.instance_type} {market} (only "
@@ -189,7 +192,7 @@ class GcpProvider(GcpTeardown, VmProvider):
         if not key_path(request.cluster_id).exists():
             created.key = request.cluster_id
         _, public_key = ensure_cluster_key(request.cluster_id, comment=net.SSH_USER)
-        return dict(public_key=public_key, cfg=cfg, service_account=account)
+        return GcpPrepared(cfg=cfg, public_key=public_key, service_account=account)
 
     def _ensure_network(self, region: str) -> None:
         """dlrun's network and this region's subnet: made once (by whichever launch comes first), then reused."""
@@ -214,9 +217,9 @@ class GcpProvider(GcpTeardown, VmProvider):
                 pass
         self._networked.add(region)
 
-    def launch_in_zone(self, request: ClusterRequest, zone: str, prepared: dict, existing,
+    def launch_in_zone(self, request: ClusterRequest, zone: str, prepared: GcpPrepared, existing: Found | None,
                        created: Created) -> Cluster:
-        cfg, public_key, account = prepared["cfg"], prepared["public_key"], prepared.get("service_account", "")
+        cfg, public_key, account = prepared.cfg, prepared.public_key, prepared.service_account
         names = instance_names(request.cluster_id, request.num_nodes)
         have = {i.name for i in (existing.instances.get(zone, []) if existing else [])}
         what = f"{request.offer.instance_type}{' (spot)' if request.spot else ''}"
@@ -301,10 +304,9 @@ class GcpProvider(GcpTeardown, VmProvider):
     def cleanup(self, cluster_id: str, created: Created) -> None:
         self._delete_instances(created.instances)
         self._delete_firewalls(created.firewalls)
-        if created.key:
-            remove_cluster_key(created.key)
         if created.identity:
-            remove_node_account(self._credentials, self.project, created.identity, self.storage_endpoint, self.iam_endpoint)
+            remove_node_account(self._credentials, self.project, created.identity, self.storage_endpoint,
+                                self.iam_endpoint)
         created.instances, created.firewalls, created.key, created.identity = [], [], "", ""
 
     def _wait(self, op_name: str, zone: str | None, *, what: str = "", region: str = "",

@@ -1,25 +1,38 @@
-"""Taking GCP clusters down: terminate (instances, firewall rules, the node account, local key and token),
-`--fresh` in dlrun's buckets, and the orphan search of `dlrun down --orphans` (a GcpProvider mixin: it uses
-the provider's clients, project, zone table, _wait and _find_instances)."""
+"""Taking GCP clusters down: the cloud part of terminate (instances, firewall rules, the node account),
+`--fresh` in dlrun's buckets, and the orphan search of `dlrun down --orphans`.
+
+A GcpProvider mixin: the declarations at the top of the class are what it uses of the provider. The local
+part of a teardown (SSH key, known_hosts, Ray token) is infra/vm/provider.py's, the same for every cloud.
+"""
 from __future__ import annotations
+
+from typing import Any, Callable
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from infra.auth import remove_token
 from infra.base import TAG_CLUSTER, Cluster, CredentialsError
 from infra.gcp import errors as gcp_errors, network as net
 from infra.gcp.compute import META_CLUSTER_ID, META_JOB_ID, META_PRICE, metadata_of
 from infra.gcp.launch_storage import clear_run_prefix, leftover_node_accounts, remove_node_account
 from infra.gcp.records import cluster_from_instances, with_accounts
 from infra.gcp.storage import account_email, account_id
-from infra.vm.keys import remove_cluster_key
-from infra.vm.ssh import forget_host_keys
 
 
 class GcpTeardown:
+    # what this mixin uses of GcpProvider (infra/gcp/provider.py)
+    project: str
+    zone_table: dict[str, list[str]]
+    storage_endpoint: str | None
+    iam_endpoint: str | None
+    _credentials: Any
+    _terminated: set[str]  # cluster ids dlrun terminated itself (not a preemption: status)
+    _c: Callable[[str], Any]
+    _wait: Callable[..., None]
+    _find_instances: Callable[[str, list[str]], dict[str, list]]
+
     # ---------------------------------------------------------------- teardown
-    def terminate(self, cluster: Cluster) -> None:
+    def remove_cluster(self, cluster: Cluster) -> None:
         zones = {n.zone for n in cluster.nodes if n.zone} | ({cluster.zone} if cluster.zone else set())
         try:
             keys = {(n.zone or cluster.zone, n.node_id) for n in cluster.nodes}
@@ -34,9 +47,6 @@ class GcpTeardown:
                 remove_node_account(self._credentials, self.project, mine, self.storage_endpoint, self.iam_endpoint)
         except Exception as e:
             raise gcp_errors.from_exception(e, region=cluster.region) from None
-        remove_cluster_key(cluster.cluster_id)
-        forget_host_keys(cluster.cluster_id)
-        remove_token(cluster.cluster_id)
         self._terminated.add(cluster.cluster_id)
 
     def _delete_instances(self, keys: list[tuple[str, str]], strict: bool = False) -> None:

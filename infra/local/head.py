@@ -181,18 +181,22 @@ def _ensure_local_head(dashboard_port: int | None, num_cpus: int | None, timeout
         passed_over = why_unusable(url)
         if passed_over is None:
             return LocalHead(dashboard_url=url, gcs_address="", pgid=None, started_by_dlrun=False)
+    started = _start_with_retries(port, num_cpus, timeout)
+    if passed_over:
+        started.notice = (f"the Ray head on {url} is not dlrun's ({passed_over.reason}); started dlrun's own on "
+                          f"{started.dashboard_url} (`dlrun down` stops it)")
+    return started
+
+
+def _start_with_retries(port: int, num_cpus: int | None, timeout: float) -> LocalHead:
     for attempt in range(1, START_TRIES + 1):
         try:  # Ray's usual ports when free; on a retry, other free ones
-            head = start_local_head(dashboard_port=free_port(port if attempt == 1 else None), num_cpus=num_cpus,
+            return start_local_head(dashboard_port=free_port(port if attempt == 1 else None), num_cpus=num_cpus,
                                     timeout=timeout, gcs_port=free_port(DEFAULT_GCS_PORT if attempt == 1 else None))
-            break
         except HeadExited:
             if attempt == START_TRIES:
                 raise
-    if passed_over:
-        head.notice = (f"the Ray head on {url} is not dlrun's ({passed_over.reason}); started dlrun's own on "
-                       f"{head.dashboard_url} (`dlrun down` stops it)")
-    return head
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeout: float = 90.0,

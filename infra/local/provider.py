@@ -8,19 +8,19 @@ from __future__ import annotations
 import os
 import time
 
-from infra.base import Cluster, ClusterRequest, Connection, Node, NodeState
+import infra
+from infra.base import Cluster, ClusterRequest, Connection, Node, NodeState, Provider
 from infra.catalog import Offer
 from infra.local.gpus import local_offers
 from infra.local.head import check_explicit_head, dashboard_alive, ensure_local_head, recorded_head
 
 
-class LocalProvider:
+class LocalProvider(Provider):
     name = "local"
+    capabilities = infra.capabilities("local")
 
     def __init__(self, **_ignored):
-        from infra import capabilities
-
-        self.capabilities = capabilities(self.name)
+        pass
 
     def preflight(self) -> None:
         """This machine needs no login; a head named by DLRUN_RAY_ADDRESS must be one dlrun can use."""
@@ -45,13 +45,6 @@ class LocalProvider:
 
         return Connection(cluster.head_address, headers=local_head_headers(cluster.head_address))
 
-    def submission_extras(self, offer: Offer, workers: int, cluster: Cluster) -> dict:
-        """The local head is this user's own: Ray places the job without asking."""
-        return {}
-
-    def heartbeat(self, cluster: Cluster) -> None:
-        """This machine needs no watchdog."""
-
     def status(self, cluster: Cluster) -> list[NodeState]:
         alive = dashboard_alive(cluster.head_address, timeout=2.0)
         return [NodeState("local", "running" if alive else "gone")]
@@ -60,4 +53,5 @@ class LocalProvider:
         """The shared local head outlives single jobs (its dashboard keeps their history)."""
 
     def list_owned(self) -> list[Cluster]:
+        """The local head is not a cluster of one job: nothing is left over."""
         return []

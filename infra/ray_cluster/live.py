@@ -16,5 +16,5 @@ def live_offers(settings: ClusterSettings) -> list[Offer]:
         raise ProvisionError(f"{settings.backend} at {settings.address} answers but has no node alive",
                              cloud=settings.backend)
     # dlrun's GPU name -> Ray's accelerator_type name (what entrypoint_resources must ask for)
-    raw = {n.gpu_type: n.ray_gpu_type for n in nodes if n.gpu_type and n.gpus}
+    raw = {n.gpu_type: n.ray_gpu_type or "" for n in nodes if n.gpu_type and n.gpus}
     return cluster_offers(settings, nodes, raw)

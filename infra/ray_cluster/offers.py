@@ -28,6 +28,7 @@ def gpu_offer(settings: ClusterSettings, nodes: list[NodeResources], gpu: str, c
     spec = gpu_spec(gpu)
     cpus = int(biggest.cpus * count / biggest.gpus) if biggest.gpus else 0
     free = [n.free_gpus for n in holding]
+    known = [f for f in free if f is not None]
     return Offer(cloud=settings.backend, region="", instance_type=f"gpus-{count}", accelerator=gpu,
                  accelerator_count=count, gpu_memory_gb=spec.memory_gb if spec else 0.0, vcpus=max(cpus, 1),
                  memory_gb=round(biggest.memory_gb * count / biggest.gpus, 1) if biggest.gpus else biggest.memory_gb,
@@ -37,7 +38,7 @@ def gpu_offer(settings: ClusterSettings, nodes: list[NodeResources], gpu: str, c
                         "nodes_holding": len(holding), "largest_node": int(biggest.gpus),
                         "total_of_type": int(sum(n.gpus for n in of_type)), "max_gpus": settings.max_gpus,
                         # the most GPUs of this type free on one node now (None: the cluster does not say)
-                        "free_now": None if not free or None in free else int(max(free)),
+                        "free_now": int(max(known)) if free and len(known) == len(free) else None,
                         "shared_path": settings.shared_path})
 
 

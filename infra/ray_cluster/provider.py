@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from urllib.parse import quote
 
-from infra.base import Cluster, ClusterRequest, Connection, Node, NodeState, ProviderError
+import infra
+from infra.base import Cluster, ClusterRequest, Connection, Node, NodeState, Provider, ProviderError
 from infra.catalog import Offer
 from infra.ray_cluster import KIND, cluster_name
 from infra.ray_cluster.live import live_offers  # noqa: F401  (the provider's offers)
@@ -22,15 +23,15 @@ TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 STATUS_TRIES = 3  # a cluster counts as gone after this many unanswered pings in a row (one status call)
 
 
-class RayClusterProvider:
+class RayClusterProvider(Provider):
     """`cluster:NAME`: that cluster; `cluster`: every configured one (for list_owned / `dlrun down --orphans`)."""
 
-    def __init__(self, name: str = KIND, **_ignored):
-        from infra import capabilities
+    name = KIND
+    capabilities = infra.capabilities(KIND)
 
+    def __init__(self, name: str = KIND, **_ignored):
         self.name = name
-        self.capabilities = capabilities(name)
-        self._settings = None
+        self._settings: ClusterSettings | None = None
 
     @property
     def settings(self) -> ClusterSettings:
@@ -63,9 +64,6 @@ class RayClusterProvider:
     def connect(self, cluster: Cluster) -> Connection:
         s = self._for(cluster)
         return Connection(s.address, headers=s.headers())
-
-    def heartbeat(self, cluster: Cluster) -> None:
-        """The team's cluster has no watchdog of dlrun's."""
 
     def status(self, cluster: Cluster) -> list[NodeState]:
         s = self._for(cluster)

@@ -56,8 +56,9 @@ def gpu_name(ray_name: str) -> str:
     """Ray's accelerator type as dlrun's catalog names it: A100 -> A100, A100-80G -> A100-80GB, A100-40G ->
     A100, T4 -> T4 (Ray's names: ray/util/accelerators/accelerators.py)."""
     for candidate in (ray_name, ray_name + "B" if ray_name.upper().endswith("G") else "", ray_name.split("-")[0]):
-        if candidate and canonical_gpu(candidate):
-            return canonical_gpu(candidate)
+        found = canonical_gpu(candidate) if candidate else None
+        if found:
+            return found
     return ray_name
 
 

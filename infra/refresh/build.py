@@ -63,6 +63,7 @@ def aws_rows(specs: dict[str, Unit], offerings: dict[str, Unit], ondemand: dict[
         sold = {r["type"]: r["zones"] for r in off.rows} if off and off.fetched_at else None
         sp = spot.get(region)
         zones: dict[str, list[dict]] = {}
+        sp_at, sp_source = (sp.fetched_at, sp.source) if sp and sp.fetched_at else (0.0, "")
         if sp and sp.fetched_at:
             for r in sp.rows:
                 zones.setdefault(r["type"], []).append(r)
@@ -79,7 +80,7 @@ def aws_rows(specs: dict[str, Unit], offerings: dict[str, Unit], ondemand: dict[
                 ranking = rank([ZonePrice(z["zone"], z["price"], z["date"]) for z in zones[itype]])
                 spot_price = ranking.launch_zone.price
                 zone_rows += [{"cloud": "aws", "region": region, "instance_type": itype, "zone": z["zone"],
-                               "spot_price_per_hour": z["price"], "price_date": stamp(sp.fetched_at)[:10],
+                               "spot_price_per_hour": z["price"], "price_date": stamp(sp_at)[:10],
                                "source": f"ec2:DescribeSpotPriceHistory (record of {z['date']})"}
                               for z in zones[itype]]
             rows.append({"cloud": "aws", "region": region, "instance_type": itype, "accelerator": accel,
@@ -87,10 +88,10 @@ def aws_rows(specs: dict[str, Unit], offerings: dict[str, Unit], ondemand: dict[
                          "memory_gb": f"{t['memory_gb']:g}", "price_per_hour": _r(prices[itype]),
                          "spot_price_per_hour": _r(spot_price), "price_date": stamp(od.fetched_at)[:10],
                          "source": f"aws {od.source} fetched {stamp(od.fetched_at)}", "flags": spot_flag,
-                         "spot_price_date": stamp(sp.fetched_at)[:10] if spot_price is not None else "",
+                         "spot_price_date": stamp(sp_at)[:10] if spot_price is not None else "",
                          "fetched_at": f"{od.fetched_at:.0f}",
-                         "spot_fetched_at": f"{sp.fetched_at:.0f}" if spot_price is not None else "",
-                         "spot_source": f"aws {sp.source}" if spot_price is not None else ""})
+                         "spot_fetched_at": f"{sp_at:.0f}" if spot_price is not None else "",
+                         "spot_source": f"aws {sp_source}" if spot_price is not None else ""})
     return rows, zone_rows
 
 
@@ -98,87 +99,107 @@ def gcp_rows(skus: Unit | None, machine_types: Unit | None, accelerators: Unit |
              regions: list[str] | None = None) -> tuple[list[dict], list[dict]]:
     """Offers per region: machine types priced from their series' core/RAM SKUs, built-in GPUs added per
     card, guest GPUs (types no machine type carries) on N1 hosts up to maximumCardsPerInstance."""
-    from infra.refresh.gcp_prices import N1_HOSTS, gpu_key
-
     if not (skus and skus.fetched_at and machine_types and machine_types.fetched_at):
         return [], []
-    comp: dict[tuple, float] = {}
-    for r in skus.rows:  # two SKUs for one component in a region: the first listed wins (deterministic)
-        comp.setdefault((r["part"], r["what"], r["spot"], r["region"]), r["price"])
-    by_region: dict[str, dict[str, dict]] = {}
-    zones_of: dict[tuple[str, str], set[str]] = {}
-    for m in machine_types.rows:
-        region = m["zone"].rsplit("-", 1)[0]
-        by_region.setdefault(region, {})[m["name"]] = m
-        zones_of.setdefault(("mt", m["name"], region), set()).add(m["zone"])
-    built_in = {m["accelerator"] for m in machine_types.rows if m["accelerator"]}
-    guest: dict[str, dict[str, int]] = {}
-    if accelerators and accelerators.fetched_at:
-        for a in accelerators.rows:
-            region = a["zone"].rsplit("-", 1)[0]
-            zones_of.setdefault(("gpu", a["name"], region), set()).add(a["zone"])
-            if a["name"] not in built_in:
-                guest.setdefault(region, {})[a["name"]] = max(guest.get(region, {}).get(a["name"], 0), a["max_cards"])
-    fetched = stamp(skus.fetched_at)
-    rows, gpu_zone_rows = [], []
+    pricer = _GcpPricer(skus, machine_types, accelerators)
+    for region in sorted(pricer.by_region):
+        if not regions or region in regions:
+            pricer.add_region(region)
+    union: dict[tuple[str, str], set[str]] = {}
+    for z in pricer.gpu_zone_rows:
+        union.setdefault((z["accelerator"], z["region"]), set()).update(z["zones"].split())
+    zone_rows = [{"accelerator": a, "region": r, "zones": " ".join(sorted(zs))} for (a, r), zs in sorted(union.items())]
+    return pricer.rows, zone_rows
 
-    def host(m, region, spot):
-        series = m["name"].split("-", 1)[0].upper()
-        core, ram = comp.get(("core", series, spot, region)), comp.get(("ram", series, spot, region))
-        return None if core is None or ram is None else core * m["cpus"] + ram * m["memory_gb"]
 
-    def gpu(accel_type, region, spot):
-        return comp.get(("gpu", " ".join(sorted(gpu_key(accel_type))), spot, region))
+class _GcpPricer:
+    """One fetch's SKU components (core, RAM, GPU per series/type, region, market) and where each machine type
+    and accelerator is offered; add() prices one machine type (with its GPUs) into `rows`."""
 
-    def add(region, m, accel_type, count):
-        h, hs = host(m, region, False), host(m, region, True)
-        if h is None:
-            return
-        name, mem, g, gs = "", 0.0, 0.0, 0.0
-        if accel_type:
-            per, per_spot = gpu(accel_type, region, False), gpu(accel_type, region, True)
-            if per is None:
-                return
-            name, mem = canonical_gcp_gpu(accel_type)
-            g, gs = per * count, (per_spot * count if per_spot is not None else None)
-            zones = sorted(zones_of.get(("gpu", accel_type, region), set()) & zones_of[("mt", m["name"], region)])
-            if not zones:
-                return
-            gpu_zone_rows.append({"accelerator": name, "region": region, "zones": " ".join(zones)})
-        spot = None if hs is None or gs is None else hs + gs
-        rows.append({"cloud": "gcp", "region": region, "instance_type": m["name"], "accelerator": name,
-                     "accelerator_count": count, "gpu_memory_gb": f"{mem:g}", "vcpus": m["cpus"],
-                     "memory_gb": f"{m['memory_gb']:g}", "price_per_hour": _r(h + g),
-                     "spot_price_per_hour": _r(spot),
-                     "host_price_per_hour": _r(h) if accel_type else "",
-                     "host_spot_price_per_hour": _r(hs) if accel_type else "",
-                     "gpu_price_per_hour": _r(g) if accel_type else "",
-                     "gpu_spot_price_per_hour": _r(gs) if accel_type else "",
-                     "price_date": fetched[:10], "source": f"gcp {skus.source} fetched {fetched}", "flags": "",
-                     "spot_price_date": fetched[:10] if spot is not None else "", "fetched_at": f"{skus.fetched_at:.0f}",
-                     "spot_fetched_at": f"{skus.fetched_at:.0f}" if spot is not None else "",
-                     "spot_source": f"gcp {skus.source}" if spot is not None else "",
-                     "gcp_accelerator_type": accel_type})
+    def __init__(self, skus: Unit, machine_types: Unit, accelerators: Unit | None):
+        self.skus = skus
+        self.comp: dict[tuple, float] = {}
+        for r in skus.rows:  # two SKUs for one component in a region: the first listed wins (deterministic)
+            self.comp.setdefault((r["part"], r["what"], r["spot"], r["region"]), r["price"])
+        self.by_region: dict[str, dict[str, dict]] = {}
+        self.zones_of: dict[tuple[str, str, str], set[str]] = {}  # (mt|gpu, name, region) -> zones
+        for m in machine_types.rows:
+            region = m["zone"].rsplit("-", 1)[0]
+            self.by_region.setdefault(region, {})[m["name"]] = m
+            self.zones_of.setdefault(("mt", m["name"], region), set()).add(m["zone"])
+        built_in = {m["accelerator"] for m in machine_types.rows if m["accelerator"]}
+        self.guest: dict[str, dict[str, int]] = {}
+        if accelerators and accelerators.fetched_at:
+            for a in accelerators.rows:
+                region = a["zone"].rsplit("-", 1)[0]
+                self.zones_of.setdefault(("gpu", a["name"], region), set()).add(a["zone"])
+                if a["name"] not in built_in:
+                    most = max(self.guest.get(region, {}).get(a["name"], 0), a["max_cards"])
+                    self.guest.setdefault(region, {})[a["name"]] = most
+        self.fetched = stamp(skus.fetched_at)
+        self.rows: list[dict] = []
+        self.gpu_zone_rows: list[dict] = []
 
-    for region, types in sorted(by_region.items()):
-        if regions and region not in regions:
-            continue
+    def add_region(self, region: str) -> None:
+        """Every machine type of the region: with its built-in GPUs, CPU-only (N1 hosts only carry guest
+        GPUs), and each guest GPU type on the N1 hosts that take that many cards."""
+        from infra.refresh.gcp_prices import N1_HOSTS
+
+        types = self.by_region[region]
         for m in types.values():
             if m["accelerator"]:
-                add(region, m, m["accelerator"], m["count"])
+                self.add(region, m, m["accelerator"], m["count"])
             elif not m["name"].startswith("n1-"):
-                add(region, m, "", 0)
-        for accel_type, max_cards in sorted(guest.get(region, {}).items()):
+                self.add(region, m, "", 0)
+        for accel_type, max_cards in sorted(self.guest.get(region, {}).items()):
             for count, hosts in N1_HOSTS.items():
                 if count <= max_cards:
                     for h in hosts:
                         if h in types:
-                            add(region, types[h], accel_type, count)
-    union: dict[tuple[str, str], set[str]] = {}
-    for z in gpu_zone_rows:
-        union.setdefault((z["accelerator"], z["region"]), set()).update(z["zones"].split())
-    zone_rows = [{"accelerator": a, "region": r, "zones": " ".join(sorted(zs))} for (a, r), zs in sorted(union.items())]
-    return rows, zone_rows
+                            self.add(region, types[h], accel_type, count)
+
+    def host(self, m: dict, region: str, spot: bool) -> float | None:
+        series = m["name"].split("-", 1)[0].upper()
+        core, ram = self.comp.get(("core", series, spot, region)), self.comp.get(("ram", series, spot, region))
+        return None if core is None or ram is None else core * m["cpus"] + ram * m["memory_gb"]
+
+    def gpu(self, accel_type: str, region: str, spot: bool) -> float | None:
+        from infra.refresh.gcp_prices import gpu_key
+
+        return self.comp.get(("gpu", " ".join(sorted(gpu_key(accel_type))), spot, region))
+
+    def add(self, region: str, m: dict, accel_type: str, count: int) -> None:
+        h, hs = self.host(m, region, False), self.host(m, region, True)
+        if h is None:
+            return
+        name, mem, g, gs = "", 0.0, 0.0, 0.0
+        if accel_type:
+            per, per_spot = self.gpu(accel_type, region, False), self.gpu(accel_type, region, True)
+            if per is None:
+                return
+            name, mem = canonical_gcp_gpu(accel_type)
+            g, gs = per * count, (per_spot * count if per_spot is not None else None)
+            zones = sorted(self.zones_of.get(("gpu", accel_type, region), set())
+                           & self.zones_of[("mt", m["name"], region)])
+            if not zones:
+                return
+            self.gpu_zone_rows.append({"accelerator": name, "region": region, "zones": " ".join(zones)})
+        spot = None if hs is None or gs is None else hs + gs
+        source, fetched, at = self.skus.source, self.fetched, f"{self.skus.fetched_at:.0f}"
+        self.rows.append({
+            "cloud": "gcp", "region": region, "instance_type": m["name"], "accelerator": name,
+            "accelerator_count": count, "gpu_memory_gb": f"{mem:g}", "vcpus": m["cpus"],
+            "memory_gb": f"{m['memory_gb']:g}", "price_per_hour": _r(h + g),
+            "spot_price_per_hour": _r(spot),
+            "host_price_per_hour": _r(h) if accel_type else "",
+            "host_spot_price_per_hour": _r(hs) if accel_type else "",
+            "gpu_price_per_hour": _r(g) if accel_type else "",
+            "gpu_spot_price_per_hour": _r(gs) if accel_type else "",
+            "price_date": fetched[:10], "source": f"gcp {source} fetched {fetched}", "flags": "",
+            "spot_price_date": fetched[:10] if spot is not None else "", "fetched_at": at,
+            "spot_fetched_at": at if spot is not None else "",
+            "spot_source": f"gcp {source}" if spot is not None else "",
+            "gcp_accelerator_type": accel_type})
 
 
 def write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:

@@ -79,7 +79,7 @@ class AwsClients:
                 from botocore.config import Config
 
                 if self._session is None:
-                    self._session = boto3.session.Session()
+                    self._session = boto3.Session()
                 self._clients[key] = self._session.client(
                     service, region_name=region,
                     config=Config(retries={"mode": "standard", "max_attempts": self.max_attempts}, connect_timeout=5,

@@ -78,7 +78,8 @@ def _gcp_gpu_metric(offer) -> str | None:
 
 def raise_hint(cloud: str) -> str:
     if cloud == "aws":
-        return "request an increase in the Service Quotas console (or `aws service-quotas request-service-quota-increase`)"
+        return ("request an increase in the Service Quotas console "
+                "(or `aws service-quotas request-service-quota-increase`)")
     return "request an increase under IAM & Admin > Quotas (or `gcloud alpha services quota update`)"
 
 
@@ -171,11 +172,12 @@ class QuotaBook:
         short = [d for d in self.demands(offer, spot, nodes) if d.short]
         if not short:
             return None
-        parts = [f"needs {d.need:g} {d.unit}{'s' if d.need != 1 else ''} of {d.quota.describe()}" for d in short]
+        parts = [f"needs {d.need:g} {d.unit}{'s' if d.need != 1 else ''} of {d.quota.describe()}" for d in short
+                 if d.quota is not None]
         return "quota: " + "; ".join(parts)
 
     def blocking_quotas(self, offer, spot: bool, nodes: int = 1) -> list[Quota]:
-        return [d.quota for d in self.demands(offer, spot, nodes) if d.short]
+        return [d.quota for d in self.demands(offer, spot, nodes) if d.short and d.quota is not None]
 
     def unknown(self, offer, spot: bool, nodes: int = 1) -> list[str]:
         return [d.unknown_why for d in self.demands(offer, spot, nodes) if d.quota is None]

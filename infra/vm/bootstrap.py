@@ -78,7 +78,7 @@ _UV_INSTALL = r'''uv_install() {  # WHAT WHERE ARGS...: `uv pip install ARGS` in
   missing=$(sed -n 's/.*Because \([^ ]*\) was not found in the package registry.*/\1/p' "$log" | head -n 1)
   [ -z "$missing" ] || fail "package $missing not found on $where (installing $what)"
   fail "could not install $what from $where: $(grep -v '^[[:space:]]*$' "$log" | tail -n 6 | tr -s ' \n' '  ' | head -c 600)"
-}'''
+}'''  # noqa: E501  (one bash line of the boot script: split, its last lines would need a variable under set -e)
 
 WATCHDOG = (Path(__file__).with_name("watchdog.sh")).read_text()
 # get_uv.py without its docstring: AWS takes at most 16 KB of user-data
@@ -184,7 +184,7 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
             f'ATTEMPTS={JOIN_ATTEMPTS}; if [ "$RESTART" = 1 ]; then ATTEMPTS={REJOIN_ATTEMPTS}; fi',
             f'for attempt in $(seq 1 "$ATTEMPTS"); do '
             f'{ray} start --address={address} --node-ip-address="$NODE_IP" --disable-usage-stats && break; '
-            f'[ "$attempt" = "$ATTEMPTS" ] && fail "could not join the head at "{shlex.quote(head_ip)}'
+            f'[ "$attempt" = "$ATTEMPTS" ] && fail "could not join the head at "{shlex.quote(head_ip or "")}'
             f'" in $ATTEMPTS tries $JOINED_AS"; '
             f"sleep {JOIN_RETRY_S}; done",
         ]

@@ -35,7 +35,7 @@ class _Links(html.parser.HTMLParser):
             self.hrefs += [v for k, v in attrs if k == "href" and v]
 
 
-def _fetch(url):
+def _fetch(url: str) -> bytes:
     request = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "dlrun-node-boot"})
     for attempt in range(ATTEMPTS):
         try:
@@ -48,6 +48,7 @@ def _fetch(url):
             if attempt == ATTEMPTS - 1:
                 raise
         time.sleep(2 ** attempt)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _reason(e):

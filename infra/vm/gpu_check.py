@@ -37,9 +37,10 @@ def nvidia_smi_check(cfg: BootstrapConfig) -> list[str]:
     want, min_mib = int(cfg.gpu_count), int(cfg.gpu_memory_gb * 1024 * MEMORY_SHARE)
     offer = f"{want} GPU(s) of {cfg.gpu_memory_gb:g} GB"
     return [
-        f"command -v nvidia-smi >/dev/null || fail {shlex.quote(f'GPU check: no nvidia-smi on this image (no NVIDIA driver); the offer has {offer}')}",
+        "command -v nvidia-smi >/dev/null || fail "
+        + shlex.quote(f"GPU check: no nvidia-smi on this image (no NVIDIA driver); the offer has {offer}"),
         'SMI=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits 2>&1) '
-        f"|| fail \"GPU check: nvidia-smi failed: $(printf '%s' \"$SMI\" | head -c 300 | tr '\\n' ' ')\"",
+        "|| fail \"GPU check: nvidia-smi failed: $(printf '%s' \"$SMI\" | head -c 300 | tr '\\n' ' ')\"",
         'echo "nvidia-smi: $SMI"',
         "GPUS=$(printf '%s\\n' \"$SMI\" | grep -c . || true)",
         f'[ "$GPUS" -ge {want} ] || fail "GPU check: nvidia-smi shows $GPUS GPU(s), the offer has {want}: '

@@ -117,7 +117,8 @@ def base_command(cluster: Cluster, node: Node | None = None, *, connect_timeout:
     cmd = [_ssh_binary(cluster)]
     if os.environ.get(SSH_CONFIG_ENV):
         cmd += ["-F", os.environ[SSH_CONFIG_ENV]]
-    cmd += ["-o", "StrictHostKeyChecking=accept-new", "-o", f"UserKnownHostsFile={known_hosts_path(cluster.cluster_id)}",
+    cmd += ["-o", "StrictHostKeyChecking=accept-new",
+            "-o", f"UserKnownHostsFile={known_hosts_path(cluster.cluster_id)}",
             "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}", "-o", "ServerAliveInterval=15",
             "-o", "ServerAliveCountMax=4", "-o", "LogLevel=ERROR"]
     if cluster.ssh_key_path:
