@@ -22,7 +22,7 @@ SCHEMES = ("s3", "gs")
 # scaling of storage connections", https://docs.aws.amazon.com/AmazonS3/latest/userguide/optimizing-performance-guidelines.html);
 # jobs/inputs.py fetches one file at a time. GCS to GCE: the same figure assumed (no GCS node sync yet).
 # Local: a directory is used in place and moves nothing.
-UPLOADS_TO = ("s3",)  # where a local data directory can be uploaded (infra/aws/data_upload.py)
+UPLOADS_TO = ("s3",)  # where a local data directory can be uploaded (infra/aws/launch_storage.py, upload_dir)
 TRANSFER_BYTES_PER_S = {"local": 0.0, "aws": 90e6, "gcp": 90e6}
 _CHUNK = 1 << 20
 
