@@ -48,9 +48,8 @@ def checkpoint_packages(location: str) -> list[str]:
     return node_client_packages(location) if "://" in location else []
 
 
-def attempt_checkpoint(spec: JobSpec, key: str, cand, *, default: str) -> str:
-    """The checkpoint location of an attempt on `cand`: its planned bucket (or node disk), per run key."""
-    base = getattr(cand, "checkpoint", None)
+def attempt_checkpoint(spec: JobSpec, key: str, base: str | None, *, default: str) -> str:
+    """The checkpoint location of an attempt: its candidate's planned bucket (or node disk) `base`, per run key."""
     if not base:
         return default
     if "://" not in base or base == (spec.checkpoint or "").rstrip("/"):

@@ -120,11 +120,11 @@ def resolve_packages(jobs, runtime_env: dict, log: Callable[[str], None] | None 
     prints = [fingerprint(path, include_parent_dir=parent, excludes=excludes) for _, _, path, parent in wanted]
     known = [cache.get(fp) if fp else None for fp in prints]
     if all(uri and jobs.has_package(uri) for uri in known):
-        for (field, index, _, _), uri in zip(wanted, known):
+        for (field, index, _, _), uri in zip(wanted, known, strict=True):
             _put(env, field, index, uri)
         return env
     upload_with_ray(jobs, env, log)
-    for (field, index, _, _), fp in zip(wanted, prints):
+    for (field, index, _, _), fp in zip(wanted, prints, strict=True):
         uri = env[field] if index is None else env[field][index]
         if fp and not _local(uri):
             cache.pop(fp, None)
