@@ -64,12 +64,12 @@ def add(job_file, cron, tz, max_cost, name, follow_file, monthly_cap):
     from orchestrator.schedule import cron as st
     from orchestrator.state import schedules as ss
 
-    row = ss.add_schedule(_store(), job_file, cron, tz=tz, max_cost=max_cost, name=name,
-                          follow_file=follow_file, monthly_cap=monthly_cap)
+    sched = ss.add_schedule(_store(), job_file, cron, tz=tz, max_cost=max_cost, name=name,
+                            follow_file=follow_file, monthly_cap=monthly_cap)
     running = _notify()
-    click.echo(f"schedule {row['name']} ({row['cron']}, {row['tz']}): next run "
-               f"{st.fmt_local(row['next_run_at'], row['tz'])}; job file {row['job_path']} "
-               f"{'followed' if row['follow_file'] else 'copied'} (hash {row['job_hash']})")
+    click.echo(f"schedule {sched.name} ({sched.cron}, {sched.tz}): next run "
+               f"{st.fmt_local(sched.next_run_at, sched.tz)}; job file {sched.job_path} "
+               f"{'followed' if sched.follow_file else 'copied'} (hash {sched.job_hash})")
     if not running:
         click.echo(NO_SCHEDULER, err=True)
 
@@ -82,7 +82,7 @@ def list_(as_json):
     from orchestrator.state import schedules as ss
 
     store = _store()
-    views = [ss.describe(store, row) for row in ss.list_schedules(store)]
+    views = [ss.describe(store, sched) for sched in ss.list_schedules(store)]
     if as_json:  # times in ISO 8601 with the schedule's UTC offset; null where there is none
         click.echo(json.dumps([v.to_json() for v in views], indent=2))
         return
@@ -114,11 +114,11 @@ def runs(name, limit):
 
     store = _store()
     history = ss.runs(store, name)
-    tz = ss.get_schedule(store, name)["tz"]
+    tz = ss.get_schedule(store, name).tz
     if not history:
         click.echo(f"{name}: no firings yet")
     for r in history[-limit:]:
-        click.echo(f"{st.fmt_local(r['due_at'], tz)}  {r['outcome']:<16} {r['job_id'] or '-':<16} {r['detail'] or ''}")
+        click.echo(f"{st.fmt_local(r.due_at, tz)}  {r.outcome:<16} {r.job_id or '-':<16} {r.detail}")
 
 
 @schedule.command("remove")
@@ -128,9 +128,9 @@ def remove(name):
     """Delete a schedule (its jobs and their history stay)."""
     from orchestrator.state import schedules as ss
 
-    row = ss.remove_schedule(_store(), name)
+    sched = ss.remove_schedule(_store(), name)
     _notify()
-    click.echo(f"removed schedule {row['name']}")
+    click.echo(f"removed schedule {sched.name}")
 
 
 @schedule.command("pause")
@@ -140,9 +140,9 @@ def pause(name):
     """Stop firing NAME until `dlrun schedule resume NAME`."""
     from orchestrator.state import schedules as ss
 
-    row = ss.set_paused(_store(), name, True)
+    sched = ss.set_paused(_store(), name, True)
     _notify()
-    click.echo(f"paused schedule {row['name']}")
+    click.echo(f"paused schedule {sched.name}")
 
 
 @schedule.command("resume")
@@ -153,9 +153,9 @@ def resume(name):
     from orchestrator.schedule import cron as st
     from orchestrator.state import schedules as ss
 
-    row = ss.set_paused(_store(), name, False)
+    sched = ss.set_paused(_store(), name, False)
     running = _notify()
-    click.echo(f"resumed schedule {row['name']}: next run {st.fmt_local(row['next_run_at'], row['tz'])}")
+    click.echo(f"resumed schedule {sched.name}: next run {st.fmt_local(sched.next_run_at, sched.tz)}")
     if not running:
         click.echo(NO_SCHEDULER, err=True)
 

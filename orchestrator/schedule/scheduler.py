@@ -19,7 +19,6 @@ import logging
 import os
 import queue
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -32,6 +31,7 @@ from orchestrator.state import schedules as ss
 from orchestrator.schedule import cron as st
 from orchestrator.errors import DlrunError, UsageError
 from orchestrator.state.db import Store, dlrun_home
+from orchestrator.state.records import ScheduleRecord
 
 log = logging.getLogger("dlrun.scheduler")
 LOCK_NAME = "scheduler.lock"
@@ -206,47 +206,45 @@ class Scheduler:
         """Record finished runs, then decide and start every schedule due at `now`."""
         now = self.clock.now() if now is None else now
         self.collect_finished()
-        due = self.store.query("SELECT * FROM schedules WHERE paused=0 AND next_run_at<=? "
-                               "ORDER BY next_run_at", (now,))
+        due = ss.due_schedules(self.store, now)
         if not due:
             return []
         live = ss.live_jobs_by_schedule(self.store)
         plans = []
-        for row in due:
+        for sched in due:
             try:
-                plans.append(self._decide(row, now, live))
+                plans.append(self._decide(sched, now, live))
             except Exception as e:  # one broken schedule never stops the others
-                log.exception("schedule %s: cannot decide", row["name"])
-                nxt = self._next_or_none(row, now)
-                plans.append((row, row["next_run_at"], nxt, [("error", f"{type(e).__name__}: {e}")], None))
+                log.exception("schedule %s: cannot decide", sched.name)
+                nxt = self._next_or_none(sched, now)
+                plans.append((sched, sched.next_run_at, nxt, [("error", f"{type(e).__name__}: {e}")], None))
         decisions, starts = [], []
         with self.store.tx() as c:
-            for row, due_at, nxt, outcomes, spec in plans:
+            for sched, due_at, nxt, outcomes, spec in plans:
                 run_id = None
                 for outcome, detail in outcomes:
-                    run_id = ss.record_run(c, row["id"], due_at, now, outcome, detail)
-                    decisions.append(Decision(row["name"], due_at, outcome, detail))
+                    run_id = ss.record_run(c, sched.id, due_at, now, outcome, detail)
+                    decisions.append(Decision(sched.name, due_at, outcome, detail))
                 fired = spec is not None
-                c.execute("UPDATE schedules SET next_run_at=?, last_fired_at=COALESCE(?, last_fired_at) "
-                          "WHERE id=?", (nxt, now if fired else None, row["id"]))
+                ss.advance(c, sched.id, nxt, now if fired else None)
                 if fired:
-                    starts.append((row, run_id, spec))
-        for row, run_id, spec in starts:
-            self._start(row, run_id, spec)
+                    starts.append((sched, run_id, spec))
+        for sched, run_id, spec in starts:
+            self._start(sched, run_id, spec)
         for d in decisions:
             log.info("%s due %s: %s%s", d.schedule, st.utc_iso(d.due_at), d.outcome,
                      f" ({d.detail})" if d.detail else "")
         return decisions
 
-    def _next_or_none(self, row: sqlite3.Row, now: float) -> float | None:
+    def _next_or_none(self, sched: ScheduleRecord, now: float) -> float | None:
         try:
-            return st.next_fire_after(row["cron"], row["tz"], now)
+            return st.next_fire_after(sched.cron, sched.tz, now)
         except Exception:
             return None  # an unparseable row stays out of the loop instead of spinning it
 
-    def _decide(self, row: sqlite3.Row, now: float, live: dict[str, str]):
-        """-> (row, due_at, next_run_at, [(outcome, detail)...], spec to fire or None)."""
-        cron, tz, due_at = row["cron"], row["tz"], row["next_run_at"]
+    def _decide(self, sched: ScheduleRecord, now: float, live: dict[str, str]):
+        """-> (sched, due_at, next_run_at, [(outcome, detail)...], spec to fire or None)."""
+        cron, tz, due_at = sched.cron, sched.tz, sched.next_run_at
         nxt = st.next_fire_after(cron, tz, now)
         outcomes: list[tuple[str, str]] = []
         missed, latest, t = 0, due_at, due_at
@@ -260,25 +258,25 @@ class Scheduler:
             outcomes.append(("missed", f"{missed}{more} occurrence(s) from {st.utc_iso(due_at)} passed while "
                                        f"the scheduler was down; one catch-up run instead"))
         due_at = latest if missed else due_at
-        running = self._inflight.get(row["id"])
-        if (running and running.is_alive()) or row["id"] in live:
-            job = live.get(row["id"], "")
+        running = self._inflight.get(sched.id)
+        if (running and running.is_alive()) or sched.id in live:
+            job = live.get(sched.id, "")
             outcomes.append(("skipped-overlap", f"previous run {job or 'still starting'} is still live".strip()))
-            return row, due_at, nxt, outcomes, None
-        spec, note = ss.job_for_run(self.store, row)
-        cap = row["monthly_cap"] or spec.budget.monthly_cap
+            return sched, due_at, nxt, outcomes, None
+        spec, note = ss.job_for_run(self.store, sched)
+        cap = sched.monthly_cap or spec.budget.monthly_cap
         if cap is not None:
-            month = ss.spent(self.store, row["id"], st.month_start(now, tz))
+            month = ss.spent(self.store, sched.id, st.month_start(now, tz))
             run_cost = spec.budget.max_cost
             if run_cost is None or month + run_cost > cap + 1e-9:
                 outcomes.append(("skipped-budget", f"spent ${month:.2f} this month + max ${run_cost or 0:.2f} "
                                                    f"per run would pass the ${cap:.2f} monthly cap"))
-                return row, due_at, nxt, outcomes, None
+                return sched, due_at, nxt, outcomes, None
         outcomes.append(("fired", note))
-        return row, due_at, nxt, outcomes, spec
+        return sched, due_at, nxt, outcomes, spec
 
-    def _start(self, row: sqlite3.Row, run_id: int, spec) -> None:
-        sid = row["id"]
+    def _start(self, sched: ScheduleRecord, run_id: int, spec) -> None:
+        sid = sched.id
 
         def work():
             try:
@@ -291,7 +289,7 @@ class Scheduler:
             finally:
                 self._wake.set()
 
-        t = threading.Thread(target=work, name=f"fire-{row['name']}", daemon=True)
+        t = threading.Thread(target=work, name=f"fire-{sched.name}", daemon=True)
         self._inflight[sid] = t
         t.start()
 
@@ -324,7 +322,7 @@ class Scheduler:
 
     # forever -----------------------------------------------------------------------------------
     def sleep_seconds(self, now: float) -> float:
-        nxt = self.store.query("SELECT MIN(next_run_at) FROM schedules WHERE paused=0")[0][0]
+        nxt = ss.next_wakeup(self.store)
         if nxt is None:
             return self.recheck_s
         return min(max(nxt - now, 0.0) + 0.002, self.recheck_s)

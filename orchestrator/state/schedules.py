@@ -23,6 +23,7 @@ from orchestrator.schedule import cron as st
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.planning.spec import JobSpec, apply_overrides, load_job, parse_job
 from orchestrator.state.db import LIVE, Store, new_id
+from orchestrator.state.records import ScheduleRecord, ScheduleRunRecord
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -33,7 +34,7 @@ def text_hash(text: str) -> str:
 
 def add_schedule(store: Store, job_path: str | Path, cron: str, *, tz: str | None = None,
                  max_cost: float | None = None, name: str | None = None, follow_file: bool = False,
-                 monthly_cap: float | None = None, now: float | None = None) -> sqlite3.Row:
+                 monthly_cap: float | None = None, now: float | None = None) -> ScheduleRecord:
     """Validate everything, copy the job file into the store, and compute the first run time."""
     path = Path(job_path).expanduser().resolve()
     spec = load_job(path, max_cost=max_cost)
@@ -63,41 +64,58 @@ def add_schedule(store: Store, job_path: str | Path, cron: str, *, tz: str | Non
     return get_schedule(store, sid)
 
 
-def get_schedule(store: Store, name_or_id: str) -> sqlite3.Row | None:
-    rows = store.query("SELECT * FROM schedules WHERE name=? OR id=?", (name_or_id, name_or_id))
-    return rows[0] if rows else None
+def get_schedule(store: Store, name_or_id: str) -> ScheduleRecord | None:
+    rows = store._query("SELECT * FROM schedules WHERE name=? OR id=?", (name_or_id, name_or_id))
+    return ScheduleRecord.from_row(rows[0]) if rows else None
 
 
-def _require(store: Store, name: str) -> sqlite3.Row:
+def _require(store: Store, name: str) -> ScheduleRecord:
     row = get_schedule(store, name)
     if row is None:
-        names = [r["name"] for r in store.query("SELECT name FROM schedules ORDER BY name")]
+        names = [s.name for s in list_schedules(store)]
         known = ", ".join(names) if names else "none yet; add one with `dlrun schedule add`"
         raise UsageError(f"no schedule named '{name}' (schedules: {known})")
     return row
 
 
-def remove_schedule(store: Store, name: str) -> sqlite3.Row:
+def due_schedules(store: Store, now: float) -> list[ScheduleRecord]:
+    """The schedules not paused whose next run is at or before `now`, earliest first."""
+    rows = store._query("SELECT * FROM schedules WHERE paused=0 AND next_run_at<=? ORDER BY next_run_at", (now,))
+    return [ScheduleRecord.from_row(r) for r in rows]
+
+
+def next_wakeup(store: Store) -> float | None:
+    """The earliest next run of a schedule not paused; None when there is none."""
+    return store._query("SELECT MIN(next_run_at) FROM schedules WHERE paused=0")[0][0]
+
+
+def advance(c: sqlite3.Connection, schedule_id: str, next_run_at: float | None, fired_at: float | None) -> None:
+    """Inside the loop's transaction: the schedule's next run, and when it last fired (None: it did not)."""
+    c.execute("UPDATE schedules SET next_run_at=?, last_fired_at=COALESCE(?, last_fired_at) WHERE id=?",
+              (next_run_at, fired_at, schedule_id))
+
+
+def remove_schedule(store: Store, name: str) -> ScheduleRecord:
     """Delete a schedule and its firing history; its jobs stay (with their schedule_id)."""
-    row = _require(store, name)
+    sched = _require(store, name)
     with store.tx() as c:
-        c.execute("DELETE FROM schedule_runs WHERE schedule_id=?", (row["id"],))
-        c.execute("DELETE FROM schedules WHERE id=?", (row["id"],))
-    return row
+        c.execute("DELETE FROM schedule_runs WHERE schedule_id=?", (sched.id,))
+        c.execute("DELETE FROM schedules WHERE id=?", (sched.id,))
+    return sched
 
 
-def set_paused(store: Store, name: str, paused: bool, now: float | None = None) -> sqlite3.Row:
+def set_paused(store: Store, name: str, paused: bool, now: float | None = None) -> ScheduleRecord:
     """Pause, or resume from now on: occurrences missed while paused are not caught up."""
-    row = _require(store, name)
+    sched = _require(store, name)
     now = time.time() if now is None else now
-    nxt = row["next_run_at"] if paused else st.next_fire_after(row["cron"], row["tz"], now)
+    nxt = sched.next_run_at if paused else st.next_fire_after(sched.cron, sched.tz, now)
     with store.tx() as c:
-        c.execute("UPDATE schedules SET paused=?, next_run_at=? WHERE id=?", (int(paused), nxt, row["id"]))
-    return get_schedule(store, row["id"])
+        c.execute("UPDATE schedules SET paused=?, next_run_at=? WHERE id=?", (int(paused), nxt, sched.id))
+    return get_schedule(store, sched.id)
 
 
-def list_schedules(store: Store) -> list[sqlite3.Row]:
-    return store.query("SELECT * FROM schedules ORDER BY name")
+def list_schedules(store: Store) -> list[ScheduleRecord]:
+    return [ScheduleRecord.from_row(r) for r in store._query("SELECT * FROM schedules ORDER BY name")]
 
 
 # --- what the loop needs ---------------------------------------------------------------------------
@@ -134,29 +152,29 @@ class ScheduleView:
                 "spent_month": round(self.spent_month, 6), "monthly_cap": self.monthly_cap}
 
 
-def describe(store: Store, row: sqlite3.Row, now: float | None = None) -> ScheduleView:
+def describe(store: Store, sched: ScheduleRecord, now: float | None = None) -> ScheduleView:
     now = time.time() if now is None else now
-    last = store.query("SELECT * FROM schedule_runs WHERE schedule_id=? ORDER BY id DESC LIMIT 1", (row["id"],))
+    last = store._query("SELECT * FROM schedule_runs WHERE schedule_id=? ORDER BY id DESC LIMIT 1", (sched.id,))
     last_run, result, job_id = None, None, None
     if last:
-        r = last[0]
-        last_run, result, job_id = r["fired_at"], r["outcome"], r["job_id"]
-        if r["outcome"] == "fired":  # still going: show the job's live status
-            job = store.query("SELECT id, status FROM jobs WHERE schedule_id=? AND created_at>=? "
-                              "ORDER BY created_at LIMIT 1", (row["id"], r["fired_at"] - 1))
+        r = ScheduleRunRecord.from_row(last[0])
+        last_run, result, job_id = r.fired_at, r.outcome, r.job_id
+        if r.outcome == "fired":  # still going: show the job's live status
+            job = store._query("SELECT id, status FROM jobs WHERE schedule_id=? AND created_at>=? "
+                               "ORDER BY created_at LIMIT 1", (sched.id, r.fired_at - 1))
             if job:
                 job_id, result = job[0]["id"], job[0]["status"]
     return ScheduleView(
-        name=row["name"], cron=row["cron"], tz=row["tz"], paused=bool(row["paused"]),
-        next_run_at=None if row["paused"] else row["next_run_at"],
+        name=sched.name, cron=sched.cron, tz=sched.tz, paused=sched.paused,
+        next_run_at=None if sched.paused else sched.next_run_at,
         last_run_at=last_run, last_result=result, last_job_id=job_id,
-        spent_total=spent(store, row["id"]), spent_month=spent(store, row["id"], st.month_start(now, row["tz"])),
-        monthly_cap=row["monthly_cap"] or _spec_cap(row))
+        spent_total=spent(store, sched.id), spent_month=spent(store, sched.id, st.month_start(now, sched.tz)),
+        monthly_cap=sched.monthly_cap or _spec_cap(sched))
 
 
-def _spec_cap(row: sqlite3.Row) -> float | None:
+def _spec_cap(sched: ScheduleRecord) -> float | None:
     try:
-        return parse_job(row["job_yaml"], row["job_path"]).budget.monthly_cap
+        return parse_job(sched.job_yaml, sched.job_path).budget.monthly_cap
     except SpecError:
         return None
 
@@ -167,12 +185,12 @@ def spent(store: Store, schedule_id: str, since: float | None = None) -> float:
     if since is not None:
         sql += " AND created_at>=?"
         args.append(since)
-    return float(store.query(sql, tuple(args))[0][0])
+    return float(store._query(sql, tuple(args))[0][0])
 
 
 def live_jobs_by_schedule(store: Store) -> dict[str, str]:
     """schedule_id -> id of a live job of that schedule (a job whose supervisor died is not live)."""
-    rows = store.query(f"SELECT id, schedule_id, supervisor_pid FROM jobs WHERE schedule_id IS NOT NULL "
+    rows = store._query(f"SELECT id, schedule_id, supervisor_pid FROM jobs WHERE schedule_id IS NOT NULL "
                        f"AND status IN ({','.join('?' * len(LIVE))})", LIVE)
     return {r["schedule_id"]: r["id"] for r in rows if _alive(r["supervisor_pid"])}
 
@@ -183,23 +201,23 @@ def _alive(pid: int | None) -> bool:
     return True if not pid else process_alive(pid)  # nobody recorded a supervisor: trust the status
 
 
-def job_for_run(store: Store, row: sqlite3.Row) -> tuple[JobSpec, str]:
+def job_for_run(store: Store, sched: ScheduleRecord) -> tuple[JobSpec, str]:
     """The spec a firing runs (stored copy, or the file itself with follow_file) and a note."""
     note = ""
-    text = row["job_yaml"]
-    if row["follow_file"]:
+    text = sched.job_yaml
+    if sched.follow_file:
         try:
-            text = Path(row["job_path"]).read_text()
+            text = Path(sched.job_path).read_text()
         except OSError as e:
-            raise SpecError(f"{row['job_path']}: cannot read the followed job file ({e.__class__.__name__})") from None
-        if text_hash(text) != row["job_hash"]:
-            parse_job(text, row["job_path"])  # refuse a broken edit before recording it
-            note = f"job file changed ({row['job_hash']} -> {text_hash(text)})"
+            raise SpecError(f"{sched.job_path}: cannot read the followed job file ({e.__class__.__name__})") from None
+        if text_hash(text) != sched.job_hash:
+            parse_job(text, sched.job_path)  # refuse a broken edit before recording it
+            note = f"job file changed ({sched.job_hash} -> {text_hash(text)})"
             with store.tx() as c:
                 c.execute("UPDATE schedules SET job_yaml=?, job_hash=? WHERE id=?",
-                          (text, text_hash(text), row["id"]))
-    spec = parse_job(text, row["job_path"])
-    spec = apply_overrides(spec, row["job_path"], max_cost=row["max_cost"])
+                          (text, text_hash(text), sched.id))
+    spec = parse_job(text, sched.job_path)
+    spec = apply_overrides(spec, sched.job_path, max_cost=sched.max_cost)
     return spec, note
 
 
@@ -220,6 +238,7 @@ def finish_runs(store: Store, results: list[tuple[int, str, str, str | None]]) -
                       "WHERE id=?", (outcome, job_id, detail, detail, detail, run_id))
 
 
-def runs(store: Store, name: str) -> list[sqlite3.Row]:
-    row = _require(store, name)
-    return store.query("SELECT * FROM schedule_runs WHERE schedule_id=? ORDER BY id", (row["id"],))
+def runs(store: Store, name: str) -> list[ScheduleRunRecord]:
+    sched = _require(store, name)
+    return [ScheduleRunRecord.from_row(r)
+            for r in store._query("SELECT * FROM schedule_runs WHERE schedule_id=? ORDER BY id", (sched.id,))]
