@@ -45,19 +45,19 @@ def run_attempt(ctx: AttemptContext, cand: Candidate, get_provider: GetProvider)
 
     spec, store, offer = ctx.spec, ctx.store, cand.offer
     provider = get_provider(offer.cloud)
-    row = store.get_job(ctx.job_id)
-    attempt = (row["attempts"] or 0) + 1
+    job = ctx.job()
+    attempt = job.attempts + 1
     cluster_id = new_id("c")
     nodes = spec.resources.num_nodes
     price_all = offer.hourly(cand.spot) * nodes
     started, wall_started = ctx.clock(), time.time()
-    store.update_job(ctx.job_id, attempts=attempt, backend=offer.cloud, offer_key=offer.key,
-                     instance_type=offer.instance_type, accelerator=offer.accelerator or "CPU",
-                     accelerator_count=offer.accelerator_count, spot=int(cand.spot), price_per_hour=price_all,
-                     price_date=offer.spot_price_date if cand.spot else offer.price_date, cluster_id=cluster_id)
-    store.record_cluster(cluster_id, provider=offer.cloud, job_id=ctx.job_id, state="launching",
-                         price_per_hour=offer.hourly(cand.spot), region=offer.region, launched_at=started,
-                         instance_type=offer.instance_type, spot=int(cand.spot), num_nodes=nodes)
+    store.start_attempt(ctx.job_id, attempt=attempt, backend=offer.cloud, offer_key=offer.key,
+                        instance_type=offer.instance_type, accelerator=offer.accelerator or "CPU",
+                        accelerator_count=offer.accelerator_count, spot=cand.spot, price_per_hour=price_all,
+                        price_date=offer.spot_price_date if cand.spot else offer.price_date, cluster_id=cluster_id)
+    store.cluster_launching(cluster_id, provider=offer.cloud, job_id=ctx.job_id, region=offer.region,
+                            instance_type=offer.instance_type, spot=cand.spot, num_nodes=nodes,
+                            price_per_hour=offer.hourly(cand.spot), launched_at=started)
     store.set_status(ctx.job_id, JobStatus.PROVISIONING, offer.label)
     ctx.view.phase, ctx.view.backend = "provisioning", offer_name(offer, cand.spot)
     ctx.display.update(ctx.view)
@@ -69,7 +69,7 @@ def run_attempt(ctx: AttemptContext, cand: Candidate, get_provider: GetProvider)
     checkpoint = ctx.cloud_checkpoints.setdefault(
         offer.cloud, attempt_checkpoint(spec, ctx.run_key, cand.checkpoint, default=ctx.checkpoint))
     if "://" in checkpoint:
-        store.add_event(ctx.job_id, "checkpoint", {"location": checkpoint, "attempt": attempt})
+        store.record_checkpoint(ctx.job_id, offer.cloud, checkpoint, attempt)
     local = runs_here(offer.cloud)
     from orchestrator.runs.entrypoint import data_env
 
@@ -86,18 +86,17 @@ def run_attempt(ctx: AttemptContext, cand: Candidate, get_provider: GetProvider)
     try:
         cluster = provider.launch(request)
     except ProviderError as e:  # the launch rolled back what it made: nothing ran, nothing is billed
-        record_teardown(ctx, cluster_id, offer.cloud, row["actual_cost"] or 0.0, started, 0.0)
+        record_teardown(ctx, cluster_id, job.actual_cost, started, 0.0)
         return Outcome.not_ready(e)
     except BaseException:
         provider_cleanup(provider, cluster_id)
-        record_teardown(ctx, cluster_id, offer.cloud, row["actual_cost"] or 0.0, started, price_all)
+        record_teardown(ctx, cluster_id, job.actual_cost, started, price_all)
         raise
     if cluster.extra.get("notice"):  # e.g. the local head on the dashboard port was someone else's
         ctx.display.message(cluster.extra["notice"])
     # billing starts when the cloud says the instances launched (LaunchTime / creationTimestamp)
     started = min(ctx.clock(), started + max(0.0, cluster.launched_at - wall_started))
-    store.record_cluster(cluster_id, provider=offer.cloud, job_id=ctx.job_id, state="up", zone=cluster.zone,
-                         launched_at=started, cluster_json=json.dumps(cluster.to_dict()))
+    store.cluster_up(cluster_id, zone=cluster.zone, launched_at=started, cluster_json=json.dumps(cluster.to_dict()))
     est = cand.estimate
     workers = num_workers(spec, offer.accelerator_count)
     submission = dict(
@@ -111,10 +110,10 @@ def run_attempt(ctx: AttemptContext, cand: Candidate, get_provider: GetProvider)
                   "instance": offer.instance_type, "gpu": f"{offer.accelerator}:{offer.accelerator_count}"
                   if offer.accelerator else "CPU", "spot": str(cand.spot).lower(),
                   "est_hours": f"{est.hours:.4f}", "est_cost": f"{est.cost:.4f}",
-                  "max_cost": spec.budget.max_cost, "schedule": row["schedule_id"] or "", "attempt": attempt},
+                  "max_cost": spec.budget.max_cost, "schedule": job.schedule_id or "", "attempt": attempt},
         entrypoint_num_gpus=_entrypoint_gpus(offer, workers))
     _backend_submission(provider, submission, offer, workers, cluster)
-    return ClusterRun(ctx, provider, cluster, started=started, previous=row["actual_cost"] or 0.0,
+    return ClusterRun(ctx, provider, cluster, started=started, previous=job.actual_cost,
                       price_all=price_all).run(submission)
 
 
@@ -138,32 +137,31 @@ def reattach(ctx: AttemptContext, get_provider: GetProvider) -> Outcome | None:
     from infra.base import Cluster
 
     store = ctx.store
-    row = store.get_job(ctx.job_id)
-    crow = store.get_cluster(row["cluster_id"]) if row["cluster_id"] else None
-    if crow is None or crow["state"] == "terminated":
+    job = ctx.job()
+    crow = store.get_cluster(job.cluster_id) if job.cluster_id else None
+    if crow is None or crow.terminated:
         return None
-    previous = row["actual_cost"] or 0.0
-    price_all = (crow["price_per_hour"] or 0.0) * (crow["num_nodes"] or 1)
-    if not crow["cluster_json"]:  # died mid-launch: remove whatever the launch made
-        provider = get_provider(crow["provider"])
-        provider_cleanup(provider, crow["id"])
-        record_teardown(ctx, crow["id"], crow["provider"], previous, crow["launched_at"], price_all)
-        store.add_event(ctx.job_id, "reattach", {"cluster": crow["id"], "found": "half-launched; removed"})
+    previous = job.actual_cost
+    price_all = crow.price_per_hour * crow.num_nodes
+    if not crow.cluster_json:  # died mid-launch: remove whatever the launch made
+        provider_cleanup(get_provider(crow.provider), crow.id)
+        record_teardown(ctx, crow.id, previous, crow.launched_at, price_all)
+        store.add_event(ctx.job_id, "reattach", {"cluster": crow.id, "found": "half-launched; removed"})
         return Outcome(Ending.RELAUNCH, "the previous supervisor died while launching")
-    cluster = Cluster.from_dict(json.loads(crow["cluster_json"]))
+    cluster = Cluster.from_dict(json.loads(crow.cluster_json))
     provider, states = ask_cloud(ctx, get_provider, cluster, price_all, previous)
     lost = [s for s in states if s.status != "running"]
     if lost or not states:
         provider.terminate(cluster)
-        record_teardown(ctx, crow["id"], crow["provider"], previous, crow["launched_at"], price_all)
-        store.add_event(ctx.job_id, "reattach", {"cluster": crow["id"], "found": "nodes lost; terminated"})
+        record_teardown(ctx, crow.id, previous, crow.launched_at, price_all)
+        store.add_event(ctx.job_id, "reattach", {"cluster": crow.id, "found": "nodes lost; terminated"})
         return Outcome(Ending.PREEMPTED, "nodes lost while dlrun was away: "
                        + ", ".join(f"{s.node_id} {s.status}" for s in lost))
-    store.add_event(ctx.job_id, "reattach", {"cluster": crow["id"], "submission": row["ray_submission_id"]})
-    ctx.display.message(f"re-attached to {row['ray_submission_id']} on cluster {crow['id']}")
-    ctx.view.backend = f"{row['offer_key'] or crow['provider']}{' spot' if crow['spot'] else ''}"
-    outcome = ClusterRun(ctx, provider, cluster, started=crow["launched_at"], previous=previous,
-                         price_all=price_all, submission_id=row["ray_submission_id"]).run(None)
+    store.add_event(ctx.job_id, "reattach", {"cluster": crow.id, "submission": job.ray_submission_id})
+    ctx.display.message(f"re-attached to {job.ray_submission_id} on cluster {crow.id}")
+    ctx.view.backend = f"{job.offer_key or crow.provider}{' spot' if crow.spot else ''}"
+    outcome = ClusterRun(ctx, provider, cluster, started=crow.launched_at, previous=previous,
+                         price_all=price_all, submission_id=job.ray_submission_id).run(None)
     if outcome.kind == Ending.NOT_READY:  # the head no longer answers: relaunch from the checkpoint
         return Outcome(Ending.RELAUNCH, f"could not reach the cluster again: {outcome.detail}")
     return outcome

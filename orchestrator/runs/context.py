@@ -12,6 +12,7 @@ from orchestrator.state.db import Store
 if TYPE_CHECKING:
     from infra.base import Provider
     from orchestrator.runs.ray_jobs import JobsClient
+    from orchestrator.state.records import JobRecord
 
 GetProvider = Callable[[str], "Provider"]  # a backend name -> its provider (infra.get_provider)
 
@@ -30,3 +31,14 @@ class AttemptContext:
     jobs_client: Callable[[str], JobsClient] | None = None  # address -> Jobs API client (default: RayJobs)
     run_key: str = ""
     cloud_checkpoints: dict[str, str] = field(default_factory=dict)  # cloud -> the location its first attempt used
+
+    def job(self) -> JobRecord:
+        return job_record(self.store, self.job_id)
+
+
+def job_record(store: Store, job_id: str) -> JobRecord:
+    """The record of a job the run works on (it was recorded before the run began: never None here)."""
+    job = store.get_job(job_id)
+    if job is None:
+        raise LookupError(f"no job {job_id} in the store")
+    return job

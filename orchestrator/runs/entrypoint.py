@@ -117,6 +117,7 @@ def _command(spec: JobSpec, *, local: bool, workers: int) -> str:
         return spec.run
     from jobs import BUILTIN_JOBS
 
+    assert spec.job is not None  # a spec names `run` or `job` (planning/spec.py checks it)
     module = BUILTIN_JOBS[spec.job][0]
     args = []
     if spec.workload:

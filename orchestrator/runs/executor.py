@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,14 +20,14 @@ from orchestrator.paths import node_poll_s as node_poll_default
 from orchestrator.planning.planner import Plan, restrict  # noqa: F401  (restrict: the CLI's)
 from orchestrator.planning.spec import JobSpec
 from orchestrator.runs.attempt import reattach
-from orchestrator.runs.context import AttemptContext, GetProvider
+from orchestrator.runs.context import AttemptContext, GetProvider, job_record
 from orchestrator.runs.entrypoint import checkpoint_location
 from orchestrator.runs.plans import (BudgetExhaustedError, make_plan, plan_for_submit,  # noqa: F401  (one home)
                                      require_choice)
 from orchestrator.runs.run_identity import record_run, recorded_run_key, start_fresh
 from orchestrator.runs.run_loop import RunLoop, SubmitResult
 from orchestrator.runs.sigterm import Terminated
-from orchestrator.state.db import LIVE, Store, default_store
+from orchestrator.state.db import Store, default_store
 from orchestrator.states import EXIT_BY_STATUS, JobStatus  # noqa: F401  (EXIT_BY_STATUS: cli/status.py)
 
 
@@ -47,14 +46,16 @@ def submit(spec: JobSpec, *, backend: str | None = None, detach: bool = False, s
             display.message(f"--fresh: removed the checkpoints of epochs {', '.join(map(str, removed))}")
     if detach:
         pid = spawn_supervisor(job_id)
-        store.update_job(job_id, supervisor_pid=pid)
+        store.set_supervisor(job_id, pid)
         return SubmitResult(job_id, JobStatus.PENDING, 0)
     return execute(job_id, store=store, display=display, first_plan=plan)
 
 
 def _model_family(plan: Plan, spec: JobSpec) -> str:
     """The family the estimator keys its corrections by (the profile's), so that finished runs apply."""
-    family = plan.profile.model_family if plan.profile is not None else None
+    from orchestrator.planning.profile import WorkloadProfile
+
+    family = plan.profile.model_family if isinstance(plan.profile, WorkloadProfile) else None
     if family and family != "unknown":
         return family
     return spec.workload.label if spec.workload else (spec.job or "custom")
@@ -68,6 +69,7 @@ def record_job(spec: JobSpec, plan: Plan, *, store: Store | None = None, schedul
     job_id = store.create_job(name=spec.name, spec_hash=spec.spec_hash(), spec_json=spec.model_dump_json(),
                               schedule_id=schedule_id, max_cost=spec.budget.max_cost, est_cost=est.cost,
                               est_seconds=est.hours * 3600, est_run_seconds=est.run_seconds,
+                              est_start_seconds=est.start_seconds,
                               model_family=_model_family(plan, spec),
                               supervisor_pid=os.getpid())  # until a supervisor takes over
     store.add_event(job_id, "plan", {"chosen": chosen.offer.label, "spot": chosen.spot,
@@ -100,44 +102,27 @@ def execute(job_id: str, *, store: Store | None = None, display: Display | None 
         from infra import get_provider
 
     store = store or default_store()
-    row = store.get_job(job_id)
-    spec = JobSpec.model_validate_json(row["spec_json"])
-    store.update_job(job_id, supervisor_pid=os.getpid())
+    job = job_record(store, job_id)
+    spec = JobSpec.model_validate_json(job.spec_json)
+    store.set_supervisor(job_id, os.getpid())
     display = display or PlainDisplay()
     view = JobView(job_id=job_id, name=spec.name, max_cost=spec.budget.max_cost)
-    key = recorded_run_key(store, job_id, spec, row["schedule_id"])
+    key = recorded_run_key(store, job_id, spec, job.schedule_id)
     ctx = AttemptContext(job_id=job_id, spec=spec, store=store, display=display, view=view,
                          checkpoint=checkpoint_location(spec, key), poll_s=poll_s,
                          node_poll_s=node_poll_s if node_poll_s is not None else node_poll_default(),
                          clock=clock, jobs_client=jobs_client, run_key=key,
-                         cloud_checkpoints=_used_checkpoints(store, job_id))
-    loop = RunLoop(ctx, get_provider, first_plan=first_plan, preemptions=row["preemptions"] or 0)
+                         cloud_checkpoints=store.checkpoint_locations(job_id))
+    loop = RunLoop(ctx, get_provider, first_plan=first_plan, preemptions=job.preemptions)
     try:
         return loop.run(reattach(ctx, get_provider) if resume else None)
     except KeyboardInterrupt as e:  # the time spent is kept (the attempt recorded the cost when it tore down)
         why = "interrupted by SIGTERM" if isinstance(e, Terminated) else "interrupted with Ctrl-C"
-        store.set_status(job_id, JobStatus.CANCELLED, why, actual_seconds=time.time() - row["created_at"])
+        store.cancel(job_id, why, actual_seconds=time.time() - job.created_at)
         raise
     except CloudUnreachableError:  # the job and its live cluster stay as they are (attempt.ask_cloud)
         raise
-    except Exception as e:
-        current = store.get_job(job_id)["status"]
-        if current in LIVE:
-            status = JobStatus.BUDGET_EXCEEDED if isinstance(e, BudgetExhaustedError) else JobStatus.FAILED
-            store.set_status(job_id, status, str(e)[:500], message=str(e)[:500])
+    except Exception as e:  # recorded while the job is live (store.fail): one that had ended keeps its status
+        store.fail(job_id, JobStatus.BUDGET_EXCEEDED if isinstance(e, BudgetExhaustedError) else JobStatus.FAILED,
+                   str(e)[:500])
         raise
-
-
-def _used_checkpoints(store: Store, job_id: str) -> dict[str, str]:
-    """cloud -> the bucket location earlier attempts there used (a restarted supervisor keeps them)."""
-    from infra.storage import NODE_SCHEMES
-
-    clouds = {scheme: cloud for cloud, scheme in NODE_SCHEMES.items()}
-    used: dict[str, str] = {}
-    for ev in store.events(job_id):
-        if ev["kind"] == "checkpoint":
-            loc = json.loads(ev["detail"]).get("location", "")
-            cloud = clouds.get(loc.split("://", 1)[0]) if "://" in loc else None
-            if cloud:
-                used.setdefault(cloud, loc)
-    return used

@@ -6,10 +6,8 @@ a preemption, the budget, or dlrun itself stopping (an exception: Ending.INTERRU
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
-import time
 from typing import TYPE_CHECKING
 
 from orchestrator.cost import CostMeter, node_seconds_cost
@@ -69,10 +67,9 @@ class ClusterRun:
         if submission is not None:
             self.submission_id = submission["submission_id"]
             jobs.submit(**submission)
-            store.set_status(job_id, JobStatus.SUBMITTED, self.submission_id,
-                             ray_submission_id=self.submission_id, ray_address=address)
+            store.mark_submitted(job_id, submission["submission_id"], address)
         else:
-            store.update_job(job_id, ray_address=address)
+            store.set_ray_address(job_id, address)
         assert self.submission_id is not None  # re-attaching: the one the store recorded
         provider, cluster = self.provider, self.cluster
         watcher = Watcher(jobs=jobs, submission_id=self.submission_id, view=ctx.view, display=ctx.display,
@@ -96,18 +93,15 @@ class ClusterRun:
         if self.connection is not None:
             self.connection.close()
         self.provider.terminate(self.cluster)
-        record_teardown(ctx, self.cluster.cluster_id, self.cluster.provider, self.previous, self.started,
-                        self.price_all, stop_at)
+        record_teardown(ctx, self.cluster.cluster_id, self.previous, self.started, self.price_all, stop_at)
 
 
-def record_teardown(ctx: AttemptContext, cluster_id: str, cloud: str, previous: float, started: float,
-                    price_all: float, stop_at: float | None = None) -> None:
+def record_teardown(ctx: AttemptContext, cluster_id: str, previous: float, started: float, price_all: float,
+                    stop_at: float | None = None) -> None:
     """The attempt's cost (node-seconds × the price stored at launch, up to stop_at) and its cluster gone."""
     stop_at = ctx.clock() if stop_at is None else stop_at
-    spent = previous + node_seconds_cost(price_all, started, stop_at)
-    ctx.store.update_job(ctx.job_id, actual_cost=spent)
-    ctx.store.record_cluster(cluster_id, provider=cloud, job_id=ctx.job_id, state="terminated",
-                             terminated_at=time.time())
+    ctx.store.set_actual_cost(ctx.job_id, previous + node_seconds_cost(price_all, started, stop_at))
+    ctx.store.cluster_terminated(cluster_id)
 
 
 def provider_cleanup(provider: Provider, cluster_id: str) -> None:
@@ -151,6 +145,6 @@ def _on_event(store: Store, job_id: str, kind: str, detail: dict) -> None:
     if kind == "ray_status" and detail.get("status") == RayJobStatus.RUNNING:
         store.set_status(job_id, JobStatus.RUNNING)
     elif kind == "epoch":
-        store.update_job(job_id, metrics_json=json.dumps(detail))
+        store.set_metrics(job_id, detail)
     else:
         store.add_event(job_id, kind, detail)

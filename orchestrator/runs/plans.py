@@ -2,11 +2,11 @@
 and each re-plan after a failure, fitted to what is left of the budget for what is left of the work."""
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import NothingFitsError
 from orchestrator.planning.spec import JobSpec
+from orchestrator.runs.context import job_record
 from orchestrator.state.db import Store
 
 if TYPE_CHECKING:
@@ -51,15 +51,14 @@ def recovery_spec(spec: JobSpec, on_demand: bool, store: Store, job_id: str) -> 
     updates = {}
     if on_demand:
         updates["resources"] = spec.resources.model_copy(update={"spot": "never"})
-    if store.get_job(job_id)["attempts"]:
+    if job_record(store, job_id).attempts:
         updates["budget"] = spec.budget.model_copy(update={"max_cost": None})
     return spec.model_copy(update=updates) if updates else spec
 
 
 def remaining_fraction(store: Store, job_id: str) -> float:
     """The share of the epochs still to train, from the last epoch the job reported."""
-    raw = store.get_job(job_id)["metrics_json"]
-    m = json.loads(raw) if raw else {}
+    m = job_record(store, job_id).metrics
     if m.get("epoch") and m.get("epochs"):
         return max(0.0, 1.0 - float(m["epoch"]) / float(m["epochs"]))
     return 1.0
@@ -73,10 +72,10 @@ def remaining_cost(estimate: Estimate, fraction: float) -> float:
 
 def fit_remaining_budget(plan: Plan, spec: JobSpec, store: Store, job_id: str) -> Plan:
     """Recovery never launches when the remaining budget cannot cover the remaining work."""
-    row = store.get_job(job_id)
-    if not row["attempts"] or not spec.budget.max_cost:
+    job = job_record(store, job_id)
+    if not job.attempts or not spec.budget.max_cost:
         return plan
-    left = spec.budget.max_cost - (row["actual_cost"] or 0.0)
+    left = spec.budget.max_cost - job.actual_cost
     fraction = remaining_fraction(store, job_id)
     ranked = [c for c in plan.ranked if c.feasible]
     for c in ranked:

@@ -12,7 +12,6 @@ What each ending leads to is states.Ending's table; this module only carries it 
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -133,7 +132,7 @@ class RunLoop:
 
     def on_preempted(self, outcome: Outcome) -> None:
         self.preemptions += 1
-        self.store.update_job(self.job_id, preemptions=self.preemptions)
+        self.store.set_preemptions(self.job_id, self.preemptions)
         self.ctx.display.message(f"preempted ({outcome.detail}); recovering from the last checkpoint")
         lost = self._lost_pool()
         if lost:  # block that spot pool, or the region of an on-demand loss
@@ -142,11 +141,11 @@ class RunLoop:
 
     def _lost_pool(self) -> str | None:
         """The pool of the attempt just lost (the store's: a re-attached one was not launched here)."""
-        row = self.store.get_job(self.job_id)
-        cluster = self.store.get_cluster(row["cluster_id"]) if row["cluster_id"] else None
-        if cluster is None:
+        job = self.ctx.job()
+        cluster = self.store.get_cluster(job.cluster_id) if job.cluster_id else None
+        if cluster is None or not job.offer_key:
             return None
-        return blocks.lost_pool(row["offer_key"] or "", bool(cluster["spot"]))
+        return blocks.lost_pool(job.offer_key, cluster.spot)
 
     def on_relaunch(self, outcome: Outcome) -> None:
         self.store.set_status(self.job_id, outcome.kind.to_status(), outcome.detail)
@@ -159,17 +158,11 @@ class RunLoop:
 
     def finish(self, outcome: Outcome) -> SubmitResult:
         """The job's final status and what it reported; a failure raises JobFailedError (exit 1)."""
-        store, job_id, view = self.store, self.job_id, self.ctx.view
-        status = outcome.kind.to_status()
-        row = store.get_job(job_id)
-        fields: dict = {"actual_seconds": time.time() - row["created_at"]}
-        if outcome.run_seconds:
-            fields["actual_run_seconds"] = outcome.run_seconds
-        if outcome.result:
-            fields["metrics_json"] = json.dumps(outcome.result)
-        if not store.set_status(job_id, status, outcome.detail, **fields):
-            status = JobStatus(store.get_job(job_id)["status"])  # ended meanwhile (`dlrun cancel`): it stands
-            store.update_job(job_id, **fields)
+        job_id, view = self.job_id, self.ctx.view
+        # a status it had ended with meanwhile (`dlrun cancel`) stands; the numbers are recorded all the same
+        status = self.store.finish(job_id, outcome.kind.to_status(), outcome.detail,
+                                   actual_seconds=time.time() - self.ctx.job().created_at,
+                                   actual_run_seconds=outcome.run_seconds or None, result=outcome.result)
         view.phase = status.value.lower()
         self.ctx.display.update(view)  # the result line is the caller's to print, once (render/summary)
         if status == JobStatus.FAILED:

@@ -174,7 +174,8 @@ class Watcher:
     def _interval(self, now: float) -> float:
         if self._end_near is not None and now - self._end_near < END_NEAR_S:
             return min(self.poll_s, FAST_POLL_S)
-        elapsed = max(0.0, now - self._started - FAST_S)
+        started = self._started if self._started is not None else now  # set when the loop began
+        elapsed = max(0.0, now - started - FAST_S)
         ramp = FIRST_POLL_S + (self.poll_s - FIRST_POLL_S) * elapsed / (RAMP_S - FAST_S)
         return max(min(self.poll_s, FIRST_POLL_S), min(self.poll_s, ramp))
 
