@@ -30,6 +30,8 @@ from orchestrator.runs.sigterm import Terminated
 from orchestrator.state.db import Store, default_store
 from orchestrator.states import EXIT_BY_STATUS, JobStatus  # noqa: F401  (EXIT_BY_STATUS: cli/status.py)
 
+_require_choice = require_choice  # deprecated: cli/main.py's, until it calls plan_for_submit
+
 
 def submit(spec: JobSpec, *, backend: str | None = None, detach: bool = False, schedule_id: str | None = None,
            store: Store | None = None, display: Display | None = None, plan: Plan | None = None,
