@@ -41,6 +41,8 @@ class SubmitResult:
 
 
 class RunLoop:
+    """One job's run: what it blocked, tried and counted so far, and a method per ending."""
+
     def __init__(self, ctx: AttemptContext, get_provider: GetProvider, *, first_plan: Plan | None = None,
                  preemptions: int = 0):
         self.ctx, self.get_provider = ctx, get_provider
@@ -53,20 +55,25 @@ class RunLoop:
         self.preemptions = preemptions
         self.restarts = 0
 
-    def run(self, outcome: Outcome | None = None) -> SubmitResult:
-        """Attempts until one ends the job. `outcome`: a re-attached attempt's, handled first."""
-        while True:
-            outcome = outcome or self.attempt()
-            recovery = outcome.kind.recovery
-            if recovery is Recovery.PREEMPT:
-                self.on_preempted(outcome)
-            elif recovery is Recovery.RELAUNCH:
-                self.on_relaunch(outcome)
-            elif recovery is Recovery.RESTART and self.restarts < self.spec.max_restarts_on_errors:
-                self.on_restart(outcome)
-            else:
-                return self.finish(outcome)
-            outcome = None
+    def run(self, reattached: Outcome | None = None) -> SubmitResult:
+        """Attempts until one ends the job. `reattached`: the outcome of a re-attached attempt, handled first."""
+        outcome = reattached if reattached is not None else self.attempt()
+        while self._recovered(outcome):
+            outcome = self.attempt()
+        return self.finish(outcome)
+
+    def _recovered(self, outcome: Outcome) -> bool:
+        """Carry out the recovery the ending asks for; False when the job ends with it."""
+        recovery = outcome.kind.recovery
+        if recovery is Recovery.PREEMPT:
+            self.on_preempted(outcome)
+        elif recovery is Recovery.RELAUNCH:
+            self.on_relaunch(outcome)
+        elif recovery is Recovery.RESTART and self.restarts < self.spec.max_restarts_on_errors:
+            self.on_restart(outcome)
+        else:
+            return False
+        return True
 
     # --- one attempt --------------------------------------------------------------------------------
     def attempt(self) -> Outcome:
