@@ -1,6 +1,6 @@
 """How late does `dlrun scheduler` fire, and how often does it wake, with 1,000 schedules?
 
-1,000 one-shot schedules (seconds-level crons, in three time zones) fall due over the next --window
+1,000 one-shot schedules (6-field crons, seconds first, in three time zones) fall due over the next --window
 seconds; a no-op fire records when it was called. Prints the lag distribution and the loop's
 wake-ups next to the number of distinct due instants: a polling loop would wake every tick, this
 one wakes when something is due (plus one wake per batch of finished firings, to record them).
@@ -27,9 +27,9 @@ ZONES = ("UTC", "Europe/Madrid", "America/New_York")
 
 
 def one_shot_cron(ts: float, tz: str) -> str:
-    """A 6-field cron (croniter: minute hour day month weekday second) hitting wall time `ts` in tz."""
+    """A 6-field cron (second minute hour day month weekday) hitting wall time `ts` in tz."""
     d = datetime.fromtimestamp(ts, ZoneInfo(tz))
-    return f"{d.minute} {d.hour} {d.day} {d.month} * {d.second}"
+    return f"{d.second} {d.minute} {d.hour} {d.day} {d.month} *"
 
 
 def main() -> int:
@@ -40,7 +40,6 @@ def main() -> int:
 
     home = tempfile.mkdtemp(prefix="dlrun-bench-sched-")
     os.environ["DLRUN_HOME"] = home
-    os.environ["DLRUN_SCHEDULER_TEST_SECONDS"] = "1"
     from orchestrator.state import schedules as ss
     from orchestrator.schedule.scheduler import Scheduler
     from orchestrator.state.db import Store
@@ -54,9 +53,9 @@ def main() -> int:
     for i in range(args.n):
         at = first + int(i * args.window / args.n)
         tz = ZONES[i % len(ZONES)]
-        row = ss.add_schedule(store, job, one_shot_cron(at, tz), tz=tz, name=f"s{i:04d}")
-        assert row["next_run_at"] == at, (row["next_run_at"], at)
-        due[row["id"]] = at
+        sched = ss.add_schedule(store, job, one_shot_cron(at, tz), tz=tz, name=f"s{i:04d}")
+        assert sched.next_run_at == at, (sched.next_run_at, at)
+        due[sched.id] = at
     added = time.time()
     print(f"added {args.n} schedules in {added - t0:.1f} s; first due in {first - added:.1f} s, "
           f"last in {max(due.values()) - added:.1f} s", flush=True)
@@ -87,8 +86,7 @@ def main() -> int:
 
     distinct = len(set(due.values()))
     q = statistics.quantiles(lags, n=100) if len(lags) > 1 else lags * 99
-    outcomes = store.query("SELECT outcome, COUNT(*) FROM schedule_runs GROUP BY outcome")
-    print(f"fired {len(lags)}/{args.n}; outcomes {dict((r[0], r[1]) for r in outcomes)}")
+    print(f"fired {len(lags)}/{args.n}; outcomes {ss.outcome_counts(store)}")
     print(f"lag after due time: p50 {q[49] * 1000:.1f} ms  p95 {q[94] * 1000:.1f} ms  "
           f"max {max(lags) * 1000:.1f} ms  (within 1 s: {sum(x < 1 for x in lags)}/{len(lags)})")
     print(f"loop wake-ups: {sched.wakeups} over {end - first + (first - added):.0f} s for {distinct} distinct due "

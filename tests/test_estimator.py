@@ -8,6 +8,7 @@ from infra.catalog import Offer, load_offers
 from orchestrator.planning.profile import OpCost, WorkloadProfile
 from orchestrator.planning.spec import Workload
 from orchestrator.state.db import Store
+from orchestrator.states import JobStatus
 
 
 def synthetic(flops=1e12, membytes=1e9, ops=50, steps=1000, state=1e9, act=1e9, family="conv", local=None):
@@ -88,15 +89,24 @@ def test_local_cpu_uses_the_measured_step_and_costs_nothing():
 
 
 def test_history_correction_converges_on_the_true_ratio():
-    """Each run's estimate carries the correction of its time; replaying recovers the raw ratio."""
-    raw, truth = 100.0, 200.0
-    runs = []
-    for _ in range(8):
-        factor = estimator.corrections_from_runs(runs).get(("T4", "conv"), 1.0)
-        runs.append(("T4", "conv", raw * factor, truth))
-    assert estimator.corrections_from_runs(runs)[("T4", "conv")] == pytest.approx(2.0, rel=0.12)
-    # one odd run is damped, not taken at face value
-    assert estimator.corrections_from_runs([("T4", "conv", 100.0, 300.0)])[("T4", "conv")] < 2.0
+    """Each run's estimate carries the correction of its time (as the runner records it); replaying the
+    store's history recovers the raw ratio instead of drifting back toward 1."""
+    store, p, t4 = Store(), synthetic(), offer(acc="T4")
+    truth = 2.0 * estimator.estimate(p, t4, spot=False).raw_run_seconds
+    for i in range(8):
+        est = estimator.estimate(p, t4, spot=False, history=estimator.history_from_store(store))
+        jid = store.create_job(name=f"j{i}", spec_hash="h", spec_json="{}", accelerator="T4", model_family="conv",
+                               est_run_seconds=est.run_seconds, est_start_seconds=est.start_seconds)
+        store.finish(jid, JobStatus.SUCCEEDED, "", actual_seconds=truth, actual_run_seconds=truth)
+    assert estimator.history_from_store(store)[("T4", "conv")] == pytest.approx(2.0, rel=0.12)
+
+
+def test_one_odd_run_is_damped_not_taken_at_face_value():
+    store = Store()
+    jid = store.create_job(name="odd", spec_hash="h", spec_json="{}", accelerator="T4", model_family="conv",
+                           est_run_seconds=100.0)
+    store.finish(jid, JobStatus.SUCCEEDED, "", actual_seconds=300.0, actual_run_seconds=300.0)
+    assert 1.0 < estimator.history_from_store(store)[("T4", "conv")] < 2.0
 
 
 def test_history_from_the_store_corrects_that_gpu_and_family_only():
@@ -107,10 +117,10 @@ def test_history_from_the_store_corrects_that_gpu_and_family_only():
         est = estimator.estimate(p, t4, spot=False, history=estimator.history_from_store(store))
         jid = store.create_job(name=f"j{i}", spec_hash="h", spec_json="{}", accelerator="T4",
                                model_family="conv", est_run_seconds=est.run_seconds)
-        store.set_status(jid, "SUCCEEDED", actual_run_seconds=truth)
+        store.finish(jid, JobStatus.SUCCEEDED, "", actual_seconds=truth, actual_run_seconds=truth)
     failed = store.create_job(name="bad", spec_hash="h", spec_json="{}", accelerator="T4", model_family="conv",
                               est_run_seconds=100.0)
-    store.set_status(failed, "FAILED", actual_run_seconds=1.0)
+    store.finish(failed, JobStatus.FAILED, "", actual_seconds=1.0, actual_run_seconds=1.0)
     history = estimator.history_from_store(store)
     assert set(history) == {("T4", "conv")} and 1.3 < history[("T4", "conv")] <= 1.5
     p = synthetic()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import threading
 import time
 from datetime import datetime, timezone
@@ -18,6 +19,7 @@ from orchestrator.errors import UsageError
 from orchestrator.schedule.scheduler import (Scheduler, SchedulerLock, SchedulerRunningError, notify_scheduler,
                                     running_scheduler_pid)
 from orchestrator.state.db import Store
+from orchestrator.states import JobStatus
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "configs" / "examples" / "digits_cnn.yaml"
 MADRID = ZoneInfo("Europe/Madrid")
@@ -77,9 +79,11 @@ class RecordingFire:
         try:
             job_id = s.create_job(name=spec.name, spec_hash=spec.spec_hash(), spec_json=spec.model_dump_json(),
                                   schedule_id=schedule_id, max_cost=spec.budget.max_cost)
-            s.set_status(job_id, self.status, actual_cost=self.cost)
+            s.set_actual_cost(job_id, self.cost)
+            s.finish(job_id, JobStatus(self.status), "", actual_seconds=1.0)
             if self.clock:  # the job row carries the simulated time, as a real run's would
-                s.update_job(job_id, created_at=self.clock.now())
+                with sqlite3.connect(self.db) as c:
+                    c.execute("UPDATE jobs SET created_at=? WHERE id=?", (self.clock.now(), job_id))
         finally:
             s.close()
         return SimpleNamespace(job_id=job_id, status=self.status)
@@ -94,9 +98,9 @@ def simulate(sched: Scheduler, clock: FakeClock, until: float) -> None:
 
 def fired_at(store: Store, name: str) -> list[float]:
     """The instants the schedule fired (to the second; the loop wakes a hair after each due time)."""
-    rows = [r for r in ss.runs(store, name) if r["outcome"] not in ("missed", "skipped-overlap", "skipped-budget")]
-    assert all(0 <= r["fired_at"] - r["due_at"] < 0.01 for r in rows)
-    return [float(int(r["fired_at"])) for r in rows]
+    rows = [r for r in ss.runs(store, name) if r.outcome not in ("missed", "skipped-overlap", "skipped-budget")]
+    assert all(0 <= r.fired_at - r.due_at < 0.01 for r in rows)
+    return [float(int(r.fired_at)) for r in rows]
 
 
 # --- firing instants -------------------------------------------------------------------------------
@@ -109,8 +113,17 @@ def test_daily_job_fires_at_its_local_time_each_day(store, job_file):
     simulate(Scheduler(store, fire=fire, clock=clock, recheck_s=3600), clock, start + 3 * 86400)
     times = fired_at(store, "nightly")
     assert [local(t, "Europe/Madrid").strftime("%d %H:%M") for t in times] == ["11 02:00", "12 02:00", "13 02:00"]
-    assert all(r["outcome"] == "SUCCEEDED" and r["job_id"] for r in ss.runs(store, "nightly"))
+    assert all(r.outcome == "SUCCEEDED" and r.job_id for r in ss.runs(store, "nightly"))
     assert len(fire.calls) == 3
+
+
+def test_six_fields_put_the_seconds_first(store, job_file):
+    start = utc(2025, 6, 10, 12)
+    ss.add_schedule(store, job_file, "30 0 2 * * *", tz="Europe/Madrid", name="half-past", now=start)
+    clock = FakeClock(start)
+    simulate(Scheduler(store, fire=RecordingFire(store.path), clock=clock, recheck_s=3600), clock, start + 2 * 86400)
+    assert [local(t, "Europe/Madrid").strftime("%d %H:%M:%S") for t in fired_at(store, "half-past")] == [
+        "11 02:00:30", "12 02:00:30"]
 
 
 @pytest.mark.parametrize("dow", ["0", "7", "SUN"])
@@ -167,7 +180,7 @@ def test_overlapping_run_is_skipped_and_recorded(store, job_file):
     sched.wait_idle()
     assert [d.outcome for d in sched.run_once(utc(2025, 6, 10, 3))] == ["fired"]
     sched.wait_idle()
-    assert [r["outcome"] for r in ss.runs(store, "hourly")] == ["SUCCEEDED", "skipped-overlap", "SUCCEEDED"]
+    assert [r.outcome for r in ss.runs(store, "hourly")] == ["SUCCEEDED", "skipped-overlap", "SUCCEEDED"]
     assert len(fire.calls) == 2
 
 
@@ -175,13 +188,13 @@ def test_live_job_in_store_counts_as_overlap(store, job_file):
     """A run started by an earlier scheduler process (still live in the store) also blocks overlap."""
     start = utc(2025, 6, 10, 0)
     row = ss.add_schedule(store, job_file, "0 * * * *", tz="UTC", name="hourly", now=start)
-    job = store.create_job(name="x", spec_hash="h", spec_json="{}", schedule_id=row["id"])
-    store.set_status(job, "RUNNING")
+    job = store.create_job(name="x", spec_hash="h", spec_json="{}", schedule_id=row.id)
+    store.set_status(job, JobStatus.RUNNING)
     fire = RecordingFire(store.path)
     sched = Scheduler(store, fire=fire, clock=FakeClock(start))
     d = sched.run_once(utc(2025, 6, 10, 1))
     assert d[0].outcome == "skipped-overlap" and job in d[0].detail and not fire.calls
-    store.set_status(job, "SUCCEEDED")
+    store.set_status(job, JobStatus.SUCCEEDED)
     assert sched.run_once(utc(2025, 6, 10, 2))[0].outcome == "fired"
     sched.wait_idle()
 
@@ -199,7 +212,7 @@ def test_three_day_outage_gives_exactly_one_catch_up_run(store, job_file):
     assert [d.outcome for d in decisions] == ["missed", "fired"]
     assert decisions[0].detail.startswith("2 occurrence(s) from 2025-06-12T02:00:00Z")
     assert decisions[1].due_at == utc(2025, 6, 14, 2)
-    assert ss.get_schedule(store, "nightly")["next_run_at"] == utc(2025, 6, 15, 2)
+    assert ss.get_schedule(store, "nightly").next_run_at == utc(2025, 6, 15, 2)
     time.sleep(0.2)
     assert len(fire.calls) == 2
 
@@ -211,12 +224,12 @@ def test_monthly_cap_stops_firings_until_next_month(store, job_file):
     clock = FakeClock(start)
     fire = RecordingFire(store.path, cost=4.5, clock=clock)
     simulate(Scheduler(store, fire=fire, clock=clock, recheck_s=86400), clock, utc(2025, 2, 2, 12))
-    outcomes = [(local(r["due_at"], "Europe/Madrid").strftime("%m-%d"), r["outcome"]) for r in ss.runs(store, "capped")]
+    outcomes = [(local(r.due_at, "Europe/Madrid").strftime("%m-%d"), r.outcome) for r in ss.runs(store, "capped")]
     # 4.5 + 5 <= 12 fires; 9 + 5 > 12 is skipped; February starts from zero
     assert outcomes == [("01-29", "SUCCEEDED"), ("01-30", "SUCCEEDED"), ("01-31", "skipped-budget"),
                         ("02-01", "SUCCEEDED"), ("02-02", "SUCCEEDED")]
-    skipped = [r for r in ss.runs(store, "capped") if r["outcome"] == "skipped-budget"][0]
-    assert "$9.00" in skipped["detail"] and "$12.00" in skipped["detail"]
+    skipped = [r for r in ss.runs(store, "capped") if r.outcome == "skipped-budget"][0]
+    assert "$9.00" in skipped.detail and "$12.00" in skipped.detail
     assert all(spec.budget.max_cost == 5 for _, spec in fire.calls)
 
 
@@ -233,7 +246,7 @@ def test_failing_firings_never_stop_the_loop(store, job_file):
     for name in ("raises", "fails", "works"):
         ss.add_schedule(store, job_file, "0 2 * * *", tz="UTC", name=name, now=start)
     ok, bad = RecordingFire(store.path), RecordingFire(store.path, status="FAILED")
-    sids = {n: ss.get_schedule(store, n)["id"] for n in ("raises", "fails")}
+    sids = {n: ss.get_schedule(store, n).id for n in ("raises", "fails")}
 
     def fire(spec, *, schedule_id):
         if schedule_id == sids["raises"]:
@@ -242,10 +255,10 @@ def test_failing_firings_never_stop_the_loop(store, job_file):
 
     clock = FakeClock(start)
     simulate(Scheduler(store, fire=fire, clock=clock, recheck_s=3600), clock, start + 2 * 86400)
-    assert [r["outcome"] for r in ss.runs(store, "raises")] == ["error", "error"]
-    assert "RuntimeError: cluster exploded" in ss.runs(store, "raises")[0]["detail"]
-    assert [r["outcome"] for r in ss.runs(store, "fails")] == ["FAILED", "FAILED"]
-    assert [r["outcome"] for r in ss.runs(store, "works")] == ["SUCCEEDED", "SUCCEEDED"]
+    assert [r.outcome for r in ss.runs(store, "raises")] == ["error", "error"]
+    assert "RuntimeError: cluster exploded" in ss.runs(store, "raises")[0].detail
+    assert [r.outcome for r in ss.runs(store, "fails")] == ["FAILED", "FAILED"]
+    assert [r.outcome for r in ss.runs(store, "works")] == ["SUCCEEDED", "SUCCEEDED"]
 
 
 def test_broken_followed_file_is_recorded_and_others_still_fire(store, job_file, tmp_path):
@@ -259,9 +272,9 @@ def test_broken_followed_file_is_recorded_and_others_still_fire(store, job_file,
     sched = Scheduler(store, fire=RecordingFire(store.path), clock=FakeClock(start))
     sched.run_once(utc(2025, 6, 11, 2))
     sched.wait_idle()
-    assert ss.runs(store, "follows")[0]["outcome"] == "error"
-    assert "YAML syntax error" in ss.runs(store, "follows")[0]["detail"]
-    assert ss.runs(store, "copied")[0]["outcome"] == "SUCCEEDED"
+    assert ss.runs(store, "follows")[0].outcome == "error"
+    assert "YAML syntax error" in ss.runs(store, "follows")[0].detail
+    assert ss.runs(store, "copied")[0].outcome == "SUCCEEDED"
 
 
 def test_followed_file_edit_is_picked_up(store, job_file):
@@ -273,7 +286,7 @@ def test_followed_file_edit_is_picked_up(store, job_file):
     sched.run_once(utc(2025, 6, 11, 2))
     sched.wait_idle()
     assert fire.calls[0][1].workload.epochs == 3
-    assert "job file changed" in ss.runs(store, "follows")[0]["detail"]
+    assert "job file changed" in ss.runs(store, "follows")[0].detail
 
 
 def test_paused_schedule_does_not_fire_and_resume_skips_the_past(store, job_file):
@@ -283,7 +296,7 @@ def test_paused_schedule_does_not_fire_and_resume_skips_the_past(store, job_file
     sched = Scheduler(store, fire=RecordingFire(store.path), clock=FakeClock(start))
     assert sched.run_once(utc(2025, 6, 13, 3)) == []
     ss.set_paused(store, "p", False, now=utc(2025, 6, 13, 3))
-    assert ss.get_schedule(store, "p")["next_run_at"] == utc(2025, 6, 14, 2)
+    assert ss.get_schedule(store, "p").next_run_at == utc(2025, 6, 14, 2)
 
 
 def test_loop_sleeps_until_something_is_due(store, job_file):
@@ -299,8 +312,7 @@ def test_loop_sleeps_until_something_is_due(store, job_file):
 
 # --- real time: wake-ups and a seconds-level schedule ---------------------------------------------------
 
-def test_real_clock_fires_seconds_schedule_promptly_and_sees_new_schedules(store, job_file, monkeypatch):
-    monkeypatch.setenv("DLRUN_SCHEDULER_TEST_SECONDS", "1")
+def test_real_clock_fires_seconds_schedule_promptly_and_sees_new_schedules(store, job_file):
     fire_times: list[float] = []
 
     def fire(spec, *, schedule_id):
@@ -321,8 +333,8 @@ def test_real_clock_fires_seconds_schedule_promptly_and_sees_new_schedules(store
         loop.join(5)
     sched.wait_idle()
     assert 2 <= len(fire_times) <= 4
-    lags = [t - r["due_at"] for t, r in zip(fire_times, [r for r in ss.runs(store, "every-second")
-                                                           if r["outcome"] == "SUCCEEDED"])]
+    lags = [t - r.due_at for t, r in zip(fire_times, [r for r in ss.runs(store, "every-second")
+                                                           if r.outcome == "SUCCEEDED"])]
     assert lags and max(lags) < 0.6
     assert sched.wakeups < 20
 
@@ -350,7 +362,8 @@ def test_lock_refuses_a_second_scheduler(dlrun_home):
 @pytest.mark.parametrize("args, message", [
     (["--cron", "0 25 * * *"], "not a valid cron expression"),
     (["--cron", "0 2 * *"], "needs 5 fields"),
-    (["--cron", "0 0 2 * * *"], "has 6 fields"),
+    (["--cron", "0 0 2 * * * 2030"], "needs 5 fields"),
+    (["--cron", "61 0 2 * * *"], "not a valid cron expression"),
     (["--cron", "0 2 * * *", "--tz", "Europe/Madird"], "unknown time zone"),
     (["--cron", "0 2 * * *", "--tz", "CET+5"], "unknown time zone"),
     (["--cron", "0 2 * * *", "--name", "bad name"], "--name"),
@@ -378,15 +391,16 @@ def test_cli_add_list_pause_resume_remove(job_file, store):
     assert r.exit_code == 0, r.output
     assert "next run" in r.output and "CE" in r.output
     row = ss.get_schedule(store, "nightly-cnn")
-    assert local(row["next_run_at"], "Europe/Madrid").strftime("%A %H:%M") == "Sunday 02:00"
-    assert row["job_yaml"] == job_file.read_text() and row["job_hash"] in r.output
+    assert local(row.next_run_at, "Europe/Madrid").strftime("%A %H:%M") == "Sunday 02:00"
+    assert row.job_yaml == job_file.read_text() and row.job_hash in r.output
     dup = CliRunner().invoke(cli, ["schedule", "add", str(job_file), "--cron", "0 2 * * *", "--name", "nightly-cnn"])
     assert dup.exit_code == 2 and "already exists" in dup.output
 
-    job = store.create_job(name="digits-cnn", spec_hash="h", spec_json="{}", schedule_id=row["id"])
-    store.set_status(job, "SUCCEEDED", actual_cost=1.25)
+    job = store.create_job(name="digits-cnn", spec_hash="h", spec_json="{}", schedule_id=row.id)
+    store.set_actual_cost(job, 1.25)
+    store.set_status(job, JobStatus.SUCCEEDED)
     with store.tx() as c:
-        ss.record_run(c, row["id"], time.time() - 60, time.time() - 60, "SUCCEEDED", job_id=job)
+        ss.record_run(c, row.id, time.time() - 60, time.time() - 60, "SUCCEEDED", job_id=job)
     listing = CliRunner().invoke(cli, ["schedule", "list"])
     assert listing.exit_code == 0
     assert "nightly-cnn" in listing.output and "$1.25" in listing.output and "$50.00" in listing.output

@@ -34,10 +34,10 @@ def test_scheduler_runs_digits_job_twice_on_local_ray(ray_head, dlrun_home, shar
     text = (ROOT / "configs/examples/digits_cnn.yaml").read_text()
     job.write_text(text.replace("clouds: [local, aws, gcp]", "clouds: [local]").replace("epochs: 20", "epochs: 3"))
     env = dict(os.environ, DLRUN_HOME=str(dlrun_home), DLRUN_RAY_ADDRESS=ray_head.dashboard_url,
-               RAY_USAGE_STATS_ENABLED="0", DLRUN_SCHEDULER_TEST_SECONDS="1")
-    # every 12 s (croniter's 6th field is seconds; a short local run takes ~10 s on an idle 2-core machine);
-    # a run that is still going when the next one is due makes that one a recorded overlap skip
-    r = cli("schedule", "add", str(job), "--cron", "* * * * * */12", "--tz", "UTC", "--name", "digits",
+               RAY_USAGE_STATS_ENABLED="0")
+    # every 12 s (a 6-field cron has the seconds first; a short local run takes ~10 s on an idle 2-core
+    # machine); a run that is still going when the next one is due makes that one a recorded overlap skip
+    r = cli("schedule", "add", str(job), "--cron", "*/12 * * * * *", "--tz", "UTC", "--name", "digits",
             "--max-cost", "1", env=env)
     assert r.returncode == 0, r.stderr
 

@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.planning import estimator, startup
 from orchestrator.state.db import Store
+from orchestrator.states import JobStatus
 from tests.test_estimator import LOCAL_CPU, synthetic
 
 
@@ -105,9 +106,8 @@ def test_a_probed_job_gets_only_rays_share_of_the_start_on_top_of_its_timed_run(
 
 def _record(store, est, actual, start):
     jid = store.create_job(name="j", spec_hash="h", spec_json="{}", accelerator="cpu", model_family="conv",
-                           est_run_seconds=est)
-    store.add_event(jid, "plan", {"est_start_seconds": start})
-    store.set_status(jid, "SUCCEEDED", actual_run_seconds=actual)
+                           est_run_seconds=est, est_start_seconds=start)
+    store.finish(jid, JobStatus.SUCCEEDED, "", actual_seconds=actual, actual_run_seconds=actual)
 
 
 def test_finished_runs_correct_the_start_up_term_and_the_step_term_apart(dlrun_home, monkeypatch):

@@ -145,11 +145,10 @@ def _interrupted_summary(since: float) -> str:
     from orchestrator.state.db import default_store
 
     store = default_store()
-    rows = store.query("SELECT id FROM jobs WHERE supervisor_pid=? AND created_at>=? ORDER BY created_at DESC "
-                       "LIMIT 1", (os.getpid(), since - 1))
-    if not rows:
+    job = store.job_run_by(os.getpid(), since=since - 1)
+    if job is None:
         return "nothing was started"
-    return result_line(store, rows[0]["id"])
+    return result_line(store, job.id)
 
 
 def _print_plan(plan) -> None:

@@ -9,62 +9,68 @@ import click
 
 from orchestrator.cost import node_seconds_cost
 from orchestrator.errors import UsageError
-from orchestrator.state.db import LIVE, TERMINAL, Store, default_store
+from orchestrator.state.db import Store, default_store
+from orchestrator.state.records import EventRecord, JobRecord
+from orchestrator.states import JobStatus
 
 
-def _job(store: Store, job_id: str):
-    row = store.get_job(job_id)
-    if row is None:
+def _job(store: Store, job_id: str) -> JobRecord:
+    job = store.get_job(job_id)
+    if job is None:
         raise UsageError(f"no job '{job_id}'; `dlrun status` lists them")
-    return row
+    return job
 
 
-def accrued_cost(store: Store, row, now: float | None = None) -> float:
+def accrued_cost(store: Store, job: JobRecord, now: float | None = None) -> float:
     """Spent so far: finished attempts (recorded) + the live cluster's node-seconds × launch price."""
     now = now or time.time()
-    spent = row["actual_cost"] or 0.0
-    if row["status"] in LIVE:
-        for c in store.job_clusters(row["id"]):
-            if c["state"] != "terminated":
-                spent += node_seconds_cost(c["price_per_hour"] * (c["num_nodes"] or 1), c["launched_at"], now)
+    spent = job.actual_cost
+    if job.live:
+        for c in store.job_clusters(job.id):
+            if not c.terminated:
+                spent += node_seconds_cost(c.price_per_hour * c.num_nodes, c.launched_at, now)
     return spent
 
 
 TIME_FIELDS = ("created_at", "started_at", "ended_at")
 
 
-def job_dict(store: Store, row) -> dict:
-    """A job for --json: times in ISO 8601 (with the UTC offset), null where there is none, spot a boolean."""
+def job_dict(store: Store, job: JobRecord) -> dict:
+    """A job for --json: times in ISO 8601 (with the UTC offset), null where there is none, spot a boolean
+    (null before the job was launched anywhere)."""
+    from dataclasses import fields
+
     from orchestrator.cli.render.summary import iso_time
 
-    d = {k: row[k] for k in row.keys() if k not in ("spec_json", "metrics_json")}
+    d = {f.name: getattr(job, f.name) for f in fields(job) if f.name not in ("spec_json", "metrics", "_raw")}
+    d["status"] = job.status.value
     for k in TIME_FIELDS:
-        d[k] = iso_time(row[k])
-    d["spot"] = None if row["spot"] is None else bool(row["spot"])
-    d["accrued_cost"] = round(accrued_cost(store, row), 6)
-    d["metrics"] = json.loads(row["metrics_json"]) if row["metrics_json"] else None
+        d[k] = iso_time(d[k])
+    d["spot"] = job.spot if job.backend else None
+    d["accrued_cost"] = round(accrued_cost(store, job), 6)
+    d["metrics"] = job.metrics or None
     return d
 
 
-def event_dict(e) -> dict:
+def event_dict(e: EventRecord) -> dict:
     from orchestrator.cli.render.summary import iso_time
 
-    detail = e["detail"] or None
+    detail: str | dict | list | None = e.detail or None
     if detail and detail[:1] in "{[":
         try:
             detail = json.loads(detail)
         except ValueError:
             pass
-    return {"ts": iso_time(e["ts"]), "kind": e["kind"], "status": e["status"], "detail": detail}
+    return {"ts": iso_time(e.ts), "kind": e.kind, "status": e.status, "detail": detail}
 
 
 def show_jobs(limit: int = 20, as_json: bool = False) -> None:
     from orchestrator.cli.render.summary import job_backend_name, reported
 
     store = default_store()
-    rows = store.list_jobs(limit=limit)
+    jobs = store.list_jobs(limit=limit)
     if as_json:
-        click.echo(json.dumps([job_dict(store, r) for r in rows], indent=2))
+        click.echo(json.dumps([job_dict(store, j) for j in jobs], indent=2))
         return
     from rich.table import Table
 
@@ -74,11 +80,10 @@ def show_jobs(limit: int = 20, as_json: bool = False) -> None:
     for col in ("job", "name", "status", "backend", "est $", "cost $", "max $", "age", "reported"):
         t.add_column(col, justify="right" if col.endswith("$") else "left")
     now = time.time()
-    for r in rows:
-        m = json.loads(r["metrics_json"]) if r["metrics_json"] else {}
-        t.add_row(r["id"], r["name"], _colour(r["status"]), job_backend_name(store, r) if r["backend"] else "-",
-                  _money(r["est_cost"]), _money(accrued_cost(store, r, now)), _money(r["max_cost"]),
-                  _age(now - r["created_at"]), reported(m, skip=("epochs",)) or "-")
+    for j in jobs:
+        t.add_row(j.id, j.name, _colour(j.status), job_backend_name(store, j) if j.backend else "-",
+                  _money(j.est_cost), _money(accrued_cost(store, j, now)), _money(j.max_cost),
+                  _age(now - j.created_at), reported(j.metrics, skip=("epochs",)) or "-")
     console().print(t)
 
 
@@ -86,36 +91,38 @@ def show_job(job_id: str, as_json: bool = False) -> None:
     from orchestrator.cli.render.summary import duration, job_backend_name, reported
 
     store = default_store()
-    row = _job(store, job_id)
-    events = [event_dict(e) for e in store.events(row["id"])]
+    job = _job(store, job_id)
+    events = store.events(job.id)
     if as_json:
-        click.echo(json.dumps({**job_dict(store, row), "events": events}, indent=2))
+        click.echo(json.dumps({**job_dict(store, job), "events": [event_dict(e) for e in events]}, indent=2))
         return
-    metrics = json.loads(row["metrics_json"]) if row["metrics_json"] else {}
-    fields = [("id", row["id"]), ("name", row["name"]), ("status", row["status"]),
-              ("backend", job_backend_name(store, row) if row["backend"] else "-"),
-              ("spot", "-" if row["spot"] is None else "yes" if row["spot"] else "no"),
-              ("ray submission", row["ray_submission_id"] or "-"), ("ray address", row["ray_address"] or "-"),
-              ("est. cost", _money(row["est_cost"], "$")), ("cost so far" if row["status"] in LIVE else "cost",
-                                                             _money(accrued_cost(store, row), "$")),
-              ("max cost", _money(row["max_cost"], "$")), ("ran", duration(row["actual_seconds"])
-                                                            if row["actual_seconds"] is not None else "-"),
-              ("preemptions", row["preemptions"]), ("attempts", row["attempts"]),
-              ("reported", reported(metrics) or "-")]
+    fields = [("id", job.id), ("name", job.name), ("status", job.status),
+              ("backend", job_backend_name(store, job) if job.backend else "-"),
+              ("spot", "-" if not job.backend else "yes" if job.spot else "no"),
+              ("ray submission", job.ray_submission_id or "-"), ("ray address", job.ray_address or "-"),
+              ("est. cost", _money(job.est_cost, "$")), ("cost so far" if job.live else "cost",
+                                                          _money(accrued_cost(store, job), "$")),
+              ("max cost", _money(job.max_cost, "$")), ("ran", duration(job.actual_seconds)
+                                                         if job.actual_seconds is not None else "-"),
+              ("preemptions", job.preemptions), ("attempts", job.attempts),
+              ("reported", reported(job.metrics) or "-")]
     for k, v in fields:
         click.echo(f"{k:>16}: {v}")
     click.echo("history:")
-    for e, raw in zip(events, store.events(row["id"])):
-        ts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(raw["ts"]))
-        detail = e["detail"]
+    for e in events:
+        ts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.ts))
+        detail = event_dict(e)["detail"]
         if isinstance(detail, dict):
             detail = reported(detail) or json.dumps(detail)
-        click.echo(f"  {ts}  {e['kind']:<16} {e['status'] or ''} {detail or ''}".rstrip())
+        click.echo(f"  {ts}  {e.kind:<16} {e.status or ''} {detail or ''}".rstrip())
 
 
-def _colour(status: str) -> str:
-    colour = {"SUCCEEDED": "green", "FAILED": "red", "BUDGET_EXCEEDED": "red", "CANCELLED": "yellow"}.get(status, "cyan")
-    return f"[{colour}]{status}[/]"
+COLOUR = {JobStatus.SUCCEEDED: "green", JobStatus.FAILED: "red", JobStatus.BUDGET_EXCEEDED: "red",
+          JobStatus.CANCELLED: "yellow"}
+
+
+def _colour(status: JobStatus) -> str:
+    return f"[{COLOUR.get(status, 'cyan')}]{status}[/]"
 
 
 def _money(v, sign: str = "") -> str:
@@ -157,11 +164,11 @@ def print_logs(job_id: str, follow: bool = False, raw: bool = False, poll_s: flo
     from orchestrator.paths import job_log_path
 
     store = default_store()
-    row = _job(store, job_id)
-    saved = job_log_path(row["id"])
+    job = _job(store, job_id)
+    saved = job_log_path(job.id)
     offset, partial = 0, b""
     while True:
-        ended = store.get_job(row["id"])["status"] in TERMINAL  # read before the file: nothing is missed
+        ended = not store.get_job(job.id).live  # read before the file: nothing is missed
         if saved.exists():
             with open(saved, "rb") as f:  # only what was added since the last read
                 f.seek(offset)
@@ -174,15 +181,15 @@ def print_logs(job_id: str, follow: bool = False, raw: bool = False, poll_s: flo
         if ended or not follow:
             break
         time.sleep(poll_s)
-    row = store.get_job(row["id"])
+    job = store.get_job(job.id)
     if not follow:
-        if row["status"] in LIVE and not saved.exists():
-            click.echo(f"(job {row['id']} is {row['status']}; no output yet)", err=True)
+        if job.live and not saved.exists():
+            click.echo(f"(job {job.id} is {job.status}; no output yet)", err=True)
         return 0
-    click.echo(result_line(store, row["id"]), err=True)
+    click.echo(result_line(store, job.id), err=True)
     from orchestrator.runs.executor import EXIT_BY_STATUS
 
-    return EXIT_BY_STATUS.get(row["status"], 1)
+    return EXIT_BY_STATUS.get(job.status, 1)
 
 
 def _write_log(text: str, raw: bool) -> None:
@@ -202,24 +209,24 @@ def _write_log(text: str, raw: bool) -> None:
 
 def cancel(job_id: str) -> str:
     store = default_store()
-    row = _job(store, job_id)
-    if row["status"] in TERMINAL:
-        return f"{row['id']} already ended ({row['status']})"
-    if row["ray_submission_id"] and row["ray_address"]:
+    job = _job(store, job_id)
+    if not job.live:
+        return f"{job.id} already ended ({job.status})"
+    if job.ray_submission_id and job.ray_address:
         from orchestrator.runs.ray_jobs import RayJobs
 
         try:
-            RayJobs(row["ray_address"]).stop(row["ray_submission_id"])
+            RayJobs(job.ray_address).stop(job.ray_submission_id)
         except Exception:
             pass
     from orchestrator.runs.reconcile import process_alive
 
-    if row["supervisor_pid"] and process_alive(row["supervisor_pid"]):
-        return f"{row['id']}: cancel requested; its supervisor stops the job and tears down the cluster"
+    if job.supervisor_pid and process_alive(job.supervisor_pid):
+        return f"{job.id}: cancel requested; its supervisor stops the job and tears down the cluster"
     from orchestrator.runs.teardown import terminate_recorded
 
-    for c in store.job_clusters(row["id"]):
-        if c["state"] != "terminated":
+    for c in store.job_clusters(job.id):
+        if not c.terminated:
             terminate_recorded(store, c)
-    store.set_status(row["id"], "CANCELLED", "dlrun cancel")
-    return f"{row['id']} cancelled"
+    store.cancel(job.id, "dlrun cancel", actual_seconds=time.time() - job.created_at)
+    return f"{job.id} cancelled"

@@ -246,24 +246,6 @@ def _damped(ratios: list[float]) -> float:
     return min(MAX_CORRECTION, max(MIN_CORRECTION, factor))
 
 
-def corrections_from_runs(runs) -> dict[tuple[str, str], float]:
-    """runs: (accelerator, model_family, est_run_seconds, actual_run_seconds) in time order.
-
-    Recorded estimates already carried the correction in force when they were made; replaying the
-    history in order recovers the model's raw estimate (est / correction then), so that the
-    correction converges instead of drifting back toward 1.
-    """
-    raw_ratios: dict[tuple[str, str], list[float]] = {}
-    for accelerator, family, est, actual in runs:
-        if not est or not actual or est <= 0 or actual <= 0:
-            continue
-        key = (accelerator or "cpu", family or "unknown")
-        ratios = raw_ratios.setdefault(key, [])
-        raw_est = est / _damped(ratios)
-        ratios.append(actual / raw_est)
-    return {k: _damped(v) for k, v in raw_ratios.items()}
-
-
 def _accelerator_key(accelerator: str | None) -> str:
     """The store records a CPU run as 'CPU', the estimator says 'cpu'."""
     return "cpu" if not accelerator or accelerator.upper() == "CPU" else accelerator
@@ -286,7 +268,7 @@ STARTUP_PRIOR_WEIGHT = 0.05
 def _gauss(m: list[list[float]], b: list[float]) -> list[float]:
     """Solve m·x = b (small, symmetric positive definite: no pivoting needed beyond the diagonal)."""
     n = len(b)
-    m, b = [row[:] for row in m], b[:]
+    m, b = [r[:] for r in m], b[:]
     for i in range(n):
         for k in range(i + 1, n):
             f = m[k][i] / m[i][i]
@@ -351,18 +333,5 @@ def fit_terms(runs) -> History:
 
 def history_from_store(store) -> History:
     """Correction factors per (accelerator, model_family) from the store's finished jobs."""
-    import json
-
-    rows = store.query(
-        "SELECT j.accelerator, j.model_family, j.est_run_seconds, j.actual_run_seconds, "
-        "(SELECT detail FROM events e WHERE e.job_id = j.id AND e.kind = 'plan' ORDER BY e.id LIMIT 1) "
-        "FROM jobs j WHERE j.status='SUCCEEDED' AND j.est_run_seconds > 0 AND j.actual_run_seconds > 0 "
-        "ORDER BY j.created_at")
-    runs = []
-    for r in rows:
-        try:
-            start = json.loads(r[4]).get("est_start_seconds") if r[4] else None
-        except (ValueError, AttributeError):
-            start = None
-        runs.append((r[0], r[1], r[2], r[3], start))
-    return fit_terms(runs)
+    return fit_terms((j.accelerator, j.model_family, j.est_run_seconds, j.actual_run_seconds, j.est_start_seconds)
+                     for j in store.finished_runs())

@@ -6,6 +6,8 @@ never comes into play; this module maps each wall time to a UTC instant:
   at the instant of the jump, as Vixie cron does;
 - a wall time that occurs twice (fall back) fires once, at its first occurrence.
 Cron numbers the days of the week 0-7 with 0 and 7 both Sunday (croniter follows cron).
+Six fields put the seconds first (`*/30 * * * * *`: every 30 s), as Quartz/Spring write it and croniter
+reads it with second_at_beginning.
 """
 from __future__ import annotations
 
@@ -16,12 +18,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from orchestrator.errors import UsageError
 
 CRON_FIELDS = "minute hour day-of-month month day-of-week"
-# a test/benchmark hook: allow a 6th field, seconds (croniter's convention)
-SECONDS_ENV = "DLRUN_SCHEDULER_TEST_SECONDS"
+SECONDS_FIRST = "second minute hour day-of-month month day-of-week"
 
 
-def seconds_allowed() -> bool:
-    return os.environ.get(SECONDS_ENV, "") not in ("", "0")
+def _with_seconds(expr: str) -> bool:
+    return not expr.startswith("@") and len(expr.split()) == 6
 
 
 def validate_cron(expr: str) -> str:
@@ -29,13 +30,11 @@ def validate_cron(expr: str) -> str:
 
     expr = " ".join(str(expr).split())
     fields = expr.split(" ")
-    if not expr.startswith("@"):
-        if len(fields) == 6 and not seconds_allowed():
-            raise UsageError(f"--cron '{expr}': has 6 fields; write 5 ({CRON_FIELDS}), e.g. '0 2 * * *'")
-        if len(fields) not in (5, 6):
-            raise UsageError(f"--cron '{expr}': needs 5 fields ({CRON_FIELDS}), e.g. '0 2 * * *'")
+    if not expr.startswith("@") and len(fields) not in (5, 6):
+        raise UsageError(f"--cron '{expr}': needs 5 fields ({CRON_FIELDS}), e.g. '0 2 * * *', "
+                         f"or 6 with the seconds first ({SECONDS_FIRST})")
     try:
-        ok = croniter.is_valid(expr)
+        ok = croniter.is_valid(expr, second_at_beginning=_with_seconds(expr))
     except Exception:
         ok = False
     if not ok:
@@ -98,7 +97,7 @@ def next_fire_after(expr: str, tz_name: str, after: float) -> float:
 
     tz = zone(tz_name)
     start = datetime.fromtimestamp(after, tz).replace(tzinfo=None, microsecond=0)
-    it = croniter(expr, start)
+    it = croniter(expr, start, second_at_beginning=_with_seconds(expr))
     for _ in range(100_000):
         wall = it.get_next(datetime)
         ts = _instant(wall, tz)

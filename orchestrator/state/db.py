@@ -65,8 +65,6 @@ class Store:
         """Rows for the modules of orchestrator/state/ only: everything outside gets records."""
         return self._conn.execute(sql, args).fetchall()
 
-    query = _query  # deprecated: goes once no caller outside orchestrator/state/ is left
-
     # --- jobs: reads -----------------------------------------------------------------------------
     def get_job(self, job_id: str) -> JobRecord | None:
         """The job with this id, else the newest whose id starts with it or whose name it is."""

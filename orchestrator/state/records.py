@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, TypeVar
 
 from orchestrator.states import JobStatus
 
@@ -27,6 +27,9 @@ def _json_dict(text: str | None) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+R = TypeVar("R", bound="_Record")
+
+
 class _Record:
     """Shared by the records: built from a row; `record["column"]` is the deprecated row read (see below)."""
 
@@ -34,7 +37,7 @@ class _Record:
     _convert: ClassVar[dict[str, Any]] = {}  # field -> how its column value becomes the field's
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row | Mapping[str, Any]):
+    def from_row(cls: type[R], row: sqlite3.Row | Mapping[str, Any]) -> R:
         raw = dict(zip(row.keys(), tuple(row))) if isinstance(row, sqlite3.Row) else dict(row)
         columns = {**raw, **cls._derived(raw)}
         values = {}

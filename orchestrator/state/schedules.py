@@ -242,3 +242,8 @@ def runs(store: Store, name: str) -> list[ScheduleRunRecord]:
     sched = _require(store, name)
     return [ScheduleRunRecord.from_row(r)
             for r in store._query("SELECT * FROM schedule_runs WHERE schedule_id=? ORDER BY id", (sched.id,))]
+
+
+def outcome_counts(store: Store) -> dict[str, int]:
+    """outcome -> how many firings of every schedule ended so (a summary for benchmarks and reports)."""
+    return {r[0]: r[1] for r in store._query("SELECT outcome, COUNT(*) FROM schedule_runs GROUP BY outcome")}

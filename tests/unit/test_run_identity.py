@@ -125,7 +125,7 @@ def test_cli_bad_workdir_exits_2_and_records_nothing(tmp_path, dlrun_home):
         assert len(r.stderr.strip().splitlines()) == 1 and "workdir" in r.stderr and "Traceback" not in r.stderr
     from orchestrator.state.db import Store
 
-    assert Store(dlrun_home / "state.db").query("SELECT id FROM jobs") == []
+    assert Store(dlrun_home / "state.db").list_jobs() == []
 
 
 def test_a_link_cycle_in_the_workdir_is_walked_once(tmp_path):

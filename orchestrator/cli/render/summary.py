@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-ENDED_PHRASE = {"SUCCEEDED": "in", "FAILED": "after", "CANCELLED": "after", "BUDGET_EXCEEDED": "after"}
+from orchestrator.states import JobStatus
+
+ENDED_PHRASE = {JobStatus.SUCCEEDED: "in"}  # every other end: "after"
 
 
 def console():
@@ -27,12 +29,12 @@ def offer_name(offer, spot: bool = False) -> str:
     return offer.label + (" spot" if spot else "")
 
 
-def job_backend_name(store, row) -> str:
-    if not row["backend"]:
+def job_backend_name(store, job) -> str:
+    if not job.backend:
         return "no backend yet"
-    cluster = store.get_cluster(row["cluster_id"]) if row["cluster_id"] else None
-    return backend_name(row["backend"], cluster["region"] if cluster else None, row["instance_type"],
-                        row["accelerator"], row["accelerator_count"], bool(row["spot"]))
+    cluster = store.get_cluster(job.cluster_id) if job.cluster_id else None
+    return backend_name(job.backend, cluster.region if cluster else None, job.instance_type,
+                        job.accelerator, job.accelerator_count, job.spot)
 
 
 def fmt_value(v) -> str:
@@ -74,45 +76,44 @@ def plural(n: int, word: str, words: str | None = None) -> str:
 
 def _last_status_detail(store, job_id: str) -> str:
     """Why the job has its current status (the detail of its last status change)."""
-    changes = [e for e in store.events(job_id) if e["kind"] == "status"]
-    return (changes[-1]["detail"] or "") if changes else ""
+    changes = [e for e in store.events(job_id) if e.kind == "status"]
+    return changes[-1].detail if changes else ""
 
 
-def teardown_note(store, row) -> str:
+def teardown_note(store, job) -> str:
     """What was stopped and torn down for an ended job, and whether anything is left running."""
     from infra import capabilities
 
     said = []
-    if row["ray_submission_id"]:
-        said.append(f"Ray job {row['ray_submission_id']} stopped")
+    if job.ray_submission_id:
+        said.append(f"Ray job {job.ray_submission_id} stopped")
     left = []
-    for c in store.job_clusters(row["id"]):
-        remote = capabilities(c["provider"]).remote
-        if c["state"] == "terminated":
+    for c in store.job_clusters(job.id):
+        remote = capabilities(c.provider).remote
+        if c.terminated:
             if remote:
-                said.append(f"cluster {c['id']} terminated")
+                said.append(f"cluster {c.id} terminated")
         elif remote:
-            left.append(f"cluster {c['id']} is still {c['state']} (`dlrun down {c['id']}` removes it)")
+            left.append(f"cluster {c.id} is still {c.state} (`dlrun down {c.id}` removes it)")
     if left:
         return "; ".join(said + left)
-    local = row["backend"] == "local"
+    here = bool(job.backend) and not capabilities(job.backend).remote  # a head on this machine, kept
     tail = "nothing is left running" + (" (the local Ray head stays up for its dashboard; `dlrun down` "
-                                        "stops it)" if local else "")
+                                        "stops it)" if here else "")
     return "; ".join(said + [tail])
 
 
 def result_line(store, job_id: str) -> str:
     """`j-… SUCCEEDED on local CPU in 14 s, $0.0000: accuracy=0.9722 loss=0.0911` (what the job reported,
     by its names); for a cancelled job, why and what was stopped and torn down."""
-    row = store.get_job(job_id)
-    status = row["status"]
-    line = (f"{row['id']} {status} on {job_backend_name(store, row)} {ENDED_PHRASE.get(status, 'after')} "
-            f"{duration(row['actual_seconds'])}, ${row['actual_cost'] or 0:.4f}")
-    result = json.loads(row["metrics_json"]) if row["metrics_json"] else {}
-    if status == "SUCCEEDED" and result:
-        return f"{line}: {reported(result)}"
-    why = _last_status_detail(store, row["id"]) if status != "SUCCEEDED" else ""
+    job = store.get_job(job_id)
+    status = job.status
+    line = (f"{job.id} {status} on {job_backend_name(store, job)} {ENDED_PHRASE.get(status, 'after')} "
+            f"{duration(job.actual_seconds)}, ${job.actual_cost:.4f}")
+    if status is JobStatus.SUCCEEDED and job.metrics:
+        return f"{line}: {reported(job.metrics)}"
+    why = _last_status_detail(store, job.id) if status is not JobStatus.SUCCEEDED else ""
     line += f" ({why})" if why else ""
-    if status in ("CANCELLED", "BUDGET_EXCEEDED"):
-        return f"{line}: {teardown_note(store, row)}"
+    if status in (JobStatus.CANCELLED, JobStatus.BUDGET_EXCEEDED):
+        return f"{line}: {teardown_note(store, job)}"
     return line
