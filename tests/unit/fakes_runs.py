@@ -7,6 +7,7 @@
                      grow as it goes
     JobsFactory      address -> FakeJobs, one per attempt (execute's `jobs_client`)
     RecordingDisplay what the run loop showed
+    left_running     the store as a supervisor killed mid-watch leaves it (for re-attaching)
 """
 from __future__ import annotations
 
@@ -204,6 +205,22 @@ class FakeBackend(Provider):
         assert not self.live, self.live
         assert len(self.closed) == len(self.connections), (self.closed, self.connections)
         assert all(c._on_close is None for c in self.connections)  # Connection.close() ran
+
+
+def left_running(store, job_id: str, offer, cluster: Cluster, *, launched_at: float) -> None:
+    """The store as a supervisor killed mid-watch leaves it, written as run_attempt writes it: attempt 1 on
+    `offer` with `cluster` up since `launched_at`, its Ray job submitted (the job's status is the test's)."""
+    store.start_attempt(job_id, attempt=1, backend=cluster.provider, offer_key=offer.key,
+                        instance_type=cluster.instance_type, accelerator=offer.accelerator or "CPU",
+                        accelerator_count=offer.accelerator_count, spot=cluster.spot,
+                        price_per_hour=cluster.price_per_hour * len(cluster.nodes), price_date=None,
+                        cluster_id=cluster.cluster_id)
+    store.cluster_launching(cluster.cluster_id, provider=cluster.provider, job_id=job_id, region=cluster.region,
+                            instance_type=cluster.instance_type, spot=cluster.spot, num_nodes=len(cluster.nodes),
+                            price_per_hour=cluster.price_per_hour, launched_at=launched_at)
+    store.cluster_up(cluster.cluster_id, zone=cluster.zone, launched_at=launched_at,
+                     cluster_json=json.dumps(cluster.to_dict()))
+    store.mark_submitted(job_id, f"dlrun-{job_id}-1", "http://fake-head")
 
 
 def providers(*backends: FakeBackend):
