@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING, Callable
 
 from orchestrator.cli.render.display import Display, JobView, PlainDisplay
 from orchestrator.errors import CloudUnreachableError
@@ -29,6 +30,9 @@ from orchestrator.runs.run_loop import RunLoop, SubmitResult
 from orchestrator.runs.sigterm import Terminated
 from orchestrator.state.db import Store, default_store
 from orchestrator.states import EXIT_BY_STATUS, JobStatus  # noqa: F401  (EXIT_BY_STATUS: cli/status.py)
+
+if TYPE_CHECKING:
+    from orchestrator.runs.ray_jobs import JobsClient
 
 _require_choice = require_choice  # deprecated: cli/main.py's, until it calls plan_for_submit
 
@@ -94,8 +98,9 @@ def spawn_supervisor(job_id: str, resume: bool = False) -> int:
 
 
 def execute(job_id: str, *, store: Store | None = None, display: Display | None = None,
-            first_plan: Plan | None = None, poll_s: float = 0.5, node_poll_s: float | None = None, clock=time.time,
-            resume: bool = False, get_provider: GetProvider | None = None, jobs_client=None) -> SubmitResult:
+            first_plan: Plan | None = None, poll_s: float = 0.5, node_poll_s: float | None = None,
+            clock: Callable[[], float] = time.time, resume: bool = False, get_provider: GetProvider | None = None,
+            jobs_client: Callable[[str], JobsClient] | None = None) -> SubmitResult:
     """Run job_id to its end. resume=True first re-attaches to the attempt a dead supervisor left.
 
     get_provider (name -> backend) and jobs_client (address -> Jobs API client) default to the real ones.
