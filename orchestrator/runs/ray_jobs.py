@@ -148,7 +148,7 @@ class RayJobs:
                 raise JobsApiError(f"the Ray head at {self.address} answered {status}: {had}", status) from None
             raise JobsApiError(f"Ray Jobs API {method} {path}: {status} {text[:500]}", status) from None
         except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
+            reason = e.reason if isinstance(e, urllib.error.URLError) else e
             raise JobsApiError(f"no answer from the Ray head at {self.address}: {reason}") from None
 
     def _json(self, method: str, path: str, **kw):
