@@ -3,6 +3,8 @@
     0 ok · 1 the job failed · 2 bad input (job file, flags) · 3 nothing fits the budget/deadline
     4 credentials missing or refused (a cloud's, or a Ray head's token) · 5 provisioning failed everywhere
     130 interrupted (Ctrl-C) · 143 terminated (SIGTERM: the job is cancelled as on Ctrl-C)
+
+Which code a job's end gives: states.EXIT_BY_STATUS (a table keyed by the job status, built from these).
 """
 
 EXIT_OK = 0

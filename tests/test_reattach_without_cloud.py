@@ -4,7 +4,6 @@ stays RECOVERING with its live cluster and accrued cost, says why, asks again wi
 records the cluster as gone or the job FAILED at $0."""
 from __future__ import annotations
 
-import json
 import time
 
 import boto3
@@ -16,7 +15,7 @@ from orchestrator.cli.status import accrued_cost
 from orchestrator.errors import CloudUnreachableError
 from orchestrator.runs.executor import execute
 from orchestrator.state.db import Store
-from tests.unit.fakes_runs import RecordingDisplay
+from tests.unit.fakes_runs import RecordingDisplay, left_running
 from tests.unit.test_run_loop import AWS_JOB, new_job, price
 
 UP_FOR = 600.0
@@ -46,11 +45,7 @@ def test_a_supervisor_without_credentials_keeps_the_job_and_its_cluster(store, t
                           instance_type=cand.offer.instance_type, spot=False, price_per_hour=price(cand),
                           nodes=[Node(node_id=inst["InstanceId"], private_ip=inst["PrivateIpAddress"], is_head=True)],
                           job_id=job_id, launched_at=time.time() - UP_FOR)
-        store.record_cluster(cluster.cluster_id, provider="aws", job_id=job_id, state="up", price_per_hour=price(cand),
-                             cluster_json=json.dumps(cluster.to_dict()), launched_at=cluster.launched_at, num_nodes=1,
-                             spot=0, region=region)
-        store.update_job(job_id, cluster_id=cluster.cluster_id, attempts=1, ray_submission_id=f"dlrun-{job_id}-1",
-                         offer_key=cand.offer.key, actual_cost=0.0)
+        left_running(store, job_id, cand.offer, cluster, launched_at=cluster.launched_at)
         store.set_status(job_id, "RUNNING")
 
         # the new supervisor's shell has no AWS credentials at all (no variables, no files)
@@ -64,10 +59,10 @@ def test_a_supervisor_without_credentials_keeps_the_job_and_its_cluster(store, t
             execute(job_id, store=store, display=display, resume=True)
 
         row = store.get_job(job_id)
-        assert row["status"] == "RECOVERING", dict(row)
-        recovering = [e for e in store.events(job_id) if e["status"] == "RECOVERING"]
+        assert row.status == "RECOVERING", row
+        recovering = [e for e in store.events(job_id) if e.status == "RECOVERING"]
         assert len(recovering) == 1 and "cannot reach aws to check cluster c-away-1" in recovering[0]["detail"]
-        tries = [json.loads(e["detail"]) for e in store.events(job_id) if e["kind"] == "cloud_unreachable"]
+        tries = [e.data for e in store.events(job_id) if e.kind == "cloud_unreachable"]
         assert [t["try"] for t in tries] == [1, 2, 3, 4]
         assert [t["retry_in"] for t in tries[:2]] == [5.0, 10.0] and tries[-1]["retry_in"] is None  # backoff
         assert all("credentials" in t["error"].lower() for t in tries), tries
@@ -78,7 +73,7 @@ def test_a_supervisor_without_credentials_keeps_the_job_and_its_cluster(store, t
         # the cluster is still the job's, live, and its cost accrues in `dlrun status`
         assert store.get_cluster(cluster.cluster_id)["state"] == "up"
         assert accrued_cost(store, row) == pytest.approx(UP_FOR * price(cand) / 3600, rel=0.1)
-        assert row["actual_cost"] == 0.0 and not events_of(store, job_id, "reattach")
+        assert row.actual_cost == 0.0 and not events_of(store, job_id, "reattach")
 
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
@@ -88,4 +83,4 @@ def test_a_supervisor_without_credentials_keeps_the_job_and_its_cluster(store, t
 
 
 def events_of(store, job_id, kind):
-    return [e for e in store.events(job_id) if e["kind"] == kind]
+    return [e for e in store.events(job_id) if e.kind == kind]

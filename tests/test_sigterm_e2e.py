@@ -3,7 +3,6 @@ cancelled as Ctrl-C's "cancel" does (Ray job stopped, record CANCELLED with its 
 exit 143."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -78,10 +77,10 @@ def test_sigterm_on_a_foreground_submit_cancels_tears_down_and_exits_143(env, ra
     assert "Traceback" not in err
     store = Store(dlrun_home / "state.db")
     row = store.get_job(line.split()[0])
-    assert row["status"] == "CANCELLED" and row["actual_seconds"] > 0.5 and row["actual_cost"] is not None
-    asked = [json.loads(e["detail"]) for e in store.events(row["id"]) if e["kind"] == "cancel_requested"]
+    assert row.status == "CANCELLED" and row.actual_seconds > 0.5 and row.actual_cost is not None
+    asked = [e.data for e in store.events(row.id) if e.kind == "cancel_requested"]
     assert asked == [{"by": "SIGTERM"}], asked
-    stopped(ray_head, row["ray_submission_id"])
+    stopped(ray_head, row.ray_submission_id)
 
 
 def test_sigterm_on_a_detached_supervisor_cancels_and_tears_down(env, ray_head, dlrun_home, tmp_path):
@@ -98,7 +97,7 @@ def test_sigterm_on_a_detached_supervisor_cancels_and_tears_down(env, ray_head, 
 
     wait_for(lambda: not process_alive(pid), 120, "the supervisor did not exit")
     row = store.get_job(job_id)
-    assert row["status"] == "CANCELLED" and row["actual_seconds"] > 0.5, dict(row)
-    stopped(ray_head, row["ray_submission_id"])
+    assert row.status == "CANCELLED" and row.actual_seconds > 0.5, row
+    stopped(ray_head, row.ray_submission_id)
     ended = [ln for ln in log.read_text().splitlines() if ln.startswith(f"{job_id} CANCELLED")]
     assert len(ended) == 1 and "(cancelled by SIGTERM)" in ended[0], log.read_text()[-2000:]

@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from infra import capabilities, selects
-from infra.base import QuotaScope
 from infra.catalog import Offer, canonical_gpu, sold_markets
 from infra.refresh.cache import LAUNCH_QUOTA_AGE_S
 from infra.identity import owner_identity
-from orchestrator.planning import plan_inputs, software
+from orchestrator.planning import blocks, plan_inputs, software
 from orchestrator.planning.estimator import Estimate, estimate, history_from_store
 from orchestrator.planning.storage_plan import candidate_checkpoint, check_checkpoint, storage_notes
 
@@ -182,23 +181,8 @@ SPOT_POOL_BLOCKED = "spot pool blocked after a preemption"
 
 
 def spot_block_key(offer: Offer) -> str:
-    """Blocks only the spot market of an offer (a preemption says nothing about on-demand capacity)."""
-    return f"spot:{offer.key}"
-
-
-def quota_blocked(offer: Offer, spot: bool, blocked: frozenset[str]) -> str | None:
-    """Why a market of an offer is out after a quota error (infra.base.QuotaScope keys), or None."""
-    for key in blocked:
-        scope = QuotaScope.from_key(key)
-        if scope is not None and scope.matches(offer, spot):
-            where = scope.region or "all regions"
-            return f"quota {scope.quota or 'exhausted'} ({where}) exhausted at launch"
-    return None
-
-
-def is_blocked(offer: Offer, blocked: frozenset[str]) -> bool:
-    return bool(blocked) and (offer.cloud in blocked or f"{offer.cloud}/{offer.region}" in blocked
-                              or offer.key in blocked)
+    """The key that rules out the spot market of an offer (blocks.py builds every block key)."""
+    return blocks.spot_key(offer.key)
 
 
 def markets(offer: Offer, spot_policy: str) -> list[bool]:
@@ -217,7 +201,7 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
     res = spec.resources
     if not selects(offer.cloud, res.clouds):
         return f"cloud {offer.cloud} not in resources.clouds"
-    if is_blocked(offer, blocked):
+    if blocks.excludes(offer, blocked):
         return "blocked after a failure"
     if res.regions and capabilities(offer.cloud).regional and offer.region not in res.regions:
         return f"region {offer.region} not in resources.regions"
@@ -281,8 +265,8 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             est = estimate(profile, offer, spot=spot, num_nodes=nodes, history=history, data_bytes=data_bytes)
             base, no_bucket = candidate_checkpoint(spec, offer, spot, owner)
             no_bucket = no_bucket or data_exclusion(spec, offer, base)
-            market_reason = reason or (SPOT_POOL_BLOCKED if spot and spot_block_key(offer) in blocked else None) \
-                or quota_blocked(offer, spot, blocked) \
+            market_reason = reason or (SPOT_POOL_BLOCKED if spot and blocks.spot_blocked(offer, blocked) else None) \
+                or blocks.quota_blocked(offer, spot, blocked) \
                 or (quotas.blocked(offer, spot, nodes) if quotas is not None else None)
             why = market_reason or (est.why_not if not est.fits else None) or no_bucket
             market_reason = market_reason or no_bucket

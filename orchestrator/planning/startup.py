@@ -89,7 +89,8 @@ def ray_job_seconds(address: str, timeout: float = PROBE_TIMEOUT_S) -> float | N
     """Ray's run time (start_time to end_time, as dlrun records a run) of a job that only imports what a
     job imports and reports once, on the head at `address`; None if it did not succeed in time."""
     from orchestrator.runs.entrypoint import JOBS_DIR
-    from orchestrator.runs.ray_jobs import TERMINAL_RAY_STATUSES, JobsApiError, RayJobs
+    from orchestrator.runs.ray_jobs import JobsApiError, RayJobs
+    from orchestrator.states import RayJobStatus
 
     jobs = RayJobs(address)
     sid = f"dlrun-start-probe-{uuid.uuid4().hex[:8]}"
@@ -102,8 +103,8 @@ def ray_job_seconds(address: str, timeout: float = PROBE_TIMEOUT_S) -> float | N
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             info = jobs.info(sid)
-            if info.status in TERMINAL_RAY_STATUSES:
-                ok = info.status == "SUCCEEDED" and info.start_time and info.end_time
+            if info.status.terminal:
+                ok = info.status == RayJobStatus.SUCCEEDED and info.start_time and info.end_time
                 return (info.end_time - info.start_time) / 1000.0 if ok else None
             time.sleep(0.2)
         jobs.stop(sid)

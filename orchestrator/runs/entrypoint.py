@@ -48,9 +48,8 @@ def checkpoint_packages(location: str) -> list[str]:
     return node_client_packages(location) if "://" in location else []
 
 
-def attempt_checkpoint(spec: JobSpec, key: str, cand, *, default: str) -> str:
-    """The checkpoint location of an attempt on `cand`: its planned bucket (or node disk), per run key."""
-    base = getattr(cand, "checkpoint", None)
+def attempt_checkpoint(spec: JobSpec, key: str, base: str | None, *, default: str) -> str:
+    """The checkpoint location of an attempt: its candidate's planned bucket (or node disk) `base`, per run key."""
     if not base:
         return default
     if "://" not in base or base == (spec.checkpoint or "").rstrip("/"):
@@ -118,6 +117,7 @@ def _command(spec: JobSpec, *, local: bool, workers: int) -> str:
         return spec.run
     from jobs import BUILTIN_JOBS
 
+    assert spec.job is not None  # a spec names `run` or `job` (planning/spec.py checks it)
     module = BUILTIN_JOBS[spec.job][0]
     args = []
     if spec.workload:

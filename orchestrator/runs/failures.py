@@ -3,6 +3,10 @@ the offers tried, grouped by reason for the final message."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from infra.base import Provider, ProviderError
 
 MAX_LINES = 10
 
@@ -14,9 +18,11 @@ class Failures:
     by_reason: dict[str, list[str]] = field(default_factory=dict)
     only_credentials: bool = True
 
-    def add(self, what: str, error) -> None:
+    def add(self, what: str, error: ProviderError) -> None:
+        from infra.base import CredentialsError
+
         self.by_reason.setdefault(error.message, []).append(what)
-        self.only_credentials &= error.scope == "cloud" and type(error).__name__ == "CredentialsError"
+        self.only_credentials &= error.scope == "cloud" and isinstance(error, CredentialsError)
 
     def __bool__(self) -> bool:
         return bool(self.by_reason)
@@ -38,7 +44,7 @@ def _names(offers: list[str]) -> str:
     return ", ".join(offers[:3]) + (f" and {len(offers) - 3} more" if len(offers) > 3 else "")
 
 
-def preflight(cloud: str, get_provider):
+def preflight(cloud: str, get_provider: Callable[[str], Provider]) -> ProviderError | None:
     """The error that makes every offer of this cloud fail (credentials, the SSH address), or None.
 
     Asked once per cloud before anything is provisioned there: a missing login costs no launch and is
@@ -47,9 +53,7 @@ def preflight(cloud: str, get_provider):
     from infra.base import ProviderError
 
     try:
-        check = getattr(get_provider(cloud), "preflight", None)
-        if check is not None:
-            check()
+        get_provider(cloud).preflight()
     except ProviderError as e:
         return e
     return None

@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 from typing import Callable, Iterator
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 
 WHOLE_READ_MAX = 1 << 20  # characters: a log up to this long is read whole at the end rather than waited for
@@ -73,47 +73,12 @@ def websocket_text(url: str, headers: dict[str, str], *, timeout: float = 30.0,
     try:
         if u.scheme == "https":
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=u.hostname)
-        key = base64.b64encode(os.urandom(16)).decode()
-        lines = [f"GET {u.path or '/'}{'?' + u.query if u.query else ''} HTTP/1.1", f"Host: {u.hostname}:{port}",
-                 "Upgrade: websocket", "Connection: Upgrade", f"Sec-WebSocket-Key: {key}",
-                 "Sec-WebSocket-Version: 13", *(f"{k}: {v}" for k, v in headers.items())]
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        response = b""
-        while b"\r\n\r\n" not in response:
-            chunk = sock.recv(4096)
-            if not chunk:
-                raise WebSocketError("the head closed the connection during the websocket handshake")
-            response += chunk
-        head, _, rest = response.partition(b"\r\n\r\n")
-        status = head.split(b"\r\n", 1)[0].decode(errors="replace")
-        if " 101 " not in status + " ":
-            raise WebSocketError(f"no websocket at {u.path}: {status} {rest[:200].decode(errors='replace')}")
+        rest = _handshake(sock, u, port, headers)
         sock.settimeout(0.5)  # so that a stop request is noticed
-        buf, pos = bytearray(rest), 0  # received bytes and how far they were parsed (no copy per frame)
+        frames = _Frames(sock, rest, stop)
         message = bytearray()
-
-        def take(n: int) -> bytes:
-            nonlocal buf, pos
-            if len(buf) - pos < n:
-                del buf[:pos]
-                pos = 0
-                while len(buf) < n:
-                    buf += _recv_exact(sock, 1, stop) + _recv_some(sock)
-            out = bytes(buf[pos:pos + n])
-            pos += n
-            return out
-
         while True:
-            b0, b1 = take(2)
-            opcode, n = b0 & 0x0F, b1 & 0x7F
-            if n == 126:
-                n = struct.unpack("!H", take(2))[0]
-            elif n == 127:
-                n = struct.unpack("!Q", take(8))[0]
-            mask = take(4) if b1 & 0x80 else None
-            payload = take(n)
-            if mask:
-                payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+            opcode, final, payload = frames.next()
             if opcode == 0x8:  # close: answer it, and the stream is over
                 try:
                     _send_frame(sock, 0x8, payload[:2])
@@ -122,14 +87,65 @@ def websocket_text(url: str, headers: dict[str, str], *, timeout: float = 30.0,
                 return
             if opcode == 0x9:
                 _send_frame(sock, 0xA, payload)
-                continue
-            if opcode in (0x0, 0x1, 0x2):
+            elif opcode in (0x0, 0x1, 0x2):
                 message += payload
-                if b0 & 0x80:
+                if final:
                     yield message.decode("utf-8", errors="replace")
                     message = bytearray()
     finally:
         sock.close()
+
+
+def _handshake(sock, u: SplitResult, port: int, headers: dict[str, str]) -> bytes:
+    """The HTTP upgrade; returns what the server sent after its answer (the first frames' bytes)."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    lines = [f"GET {u.path or '/'}{'?' + u.query if u.query else ''} HTTP/1.1", f"Host: {u.hostname}:{port}",
+             "Upgrade: websocket", "Connection: Upgrade", f"Sec-WebSocket-Key: {key}",
+             "Sec-WebSocket-Version: 13", *(f"{k}: {v}" for k, v in headers.items())]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    response = b""
+    while b"\r\n\r\n" not in response:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise WebSocketError("the head closed the connection during the websocket handshake")
+        response += chunk
+    head, _, rest = response.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].decode(errors="replace")
+    if " 101 " not in status + " ":
+        raise WebSocketError(f"no websocket at {u.path}: {status} {rest[:200].decode(errors='replace')}")
+    return rest
+
+
+class _Frames:
+    """The frames of a websocket: received bytes and how far they were parsed (no copy per frame)."""
+
+    def __init__(self, sock, rest: bytes, stop: threading.Event | None):
+        self.sock, self.stop = sock, stop
+        self.buf, self.pos = bytearray(rest), 0
+
+    def take(self, n: int) -> bytes:
+        if len(self.buf) - self.pos < n:
+            del self.buf[:self.pos]
+            self.pos = 0
+            while len(self.buf) < n:
+                self.buf += _recv_exact(self.sock, 1, self.stop) + _recv_some(self.sock)
+        out = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return out
+
+    def next(self) -> tuple[int, bool, bytes]:
+        """(opcode, whether it ends its message, the unmasked payload)."""
+        b0, b1 = self.take(2)
+        n = b1 & 0x7F
+        if n == 126:
+            n = struct.unpack("!H", self.take(2))[0]
+        elif n == 127:
+            n = struct.unpack("!Q", self.take(8))[0]
+        mask = self.take(4) if b1 & 0x80 else None
+        payload = self.take(n)
+        if mask:
+            payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        return b0 & 0x0F, bool(b0 & 0x80), payload
 
 
 class LogTail:

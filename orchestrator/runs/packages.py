@@ -119,18 +119,29 @@ def resolve_packages(jobs, runtime_env: dict, log: Callable[[str], None] | None 
     cache = _load_cache()
     prints = [fingerprint(path, include_parent_dir=parent, excludes=excludes) for _, _, path, parent in wanted]
     known = [cache.get(fp) if fp else None for fp in prints]
-    if all(uri and jobs.has_package(uri) for uri in known):
-        for (field, index, _, _), uri in zip(wanted, known):
+    held = _held(jobs, known)
+    if held is not None:
+        for (field, index, _, _), uri in zip(wanted, held, strict=True):
             _put(env, field, index, uri)
         return env
     upload_with_ray(jobs, env, log)
-    for (field, index, _, _), fp in zip(wanted, prints):
+    for (field, index, _, _), fp in zip(wanted, prints, strict=True):
         uri = env[field] if index is None else env[field][index]
         if fp and not _local(uri):
             cache.pop(fp, None)
             cache[fp] = uri
     _save_cache(cache)
     return env
+
+
+def _held(jobs, uris: list[str | None]) -> list[str] | None:
+    """The URIs when the head holds every one of them, else None (asking no further after a miss)."""
+    held = []
+    for uri in uris:
+        if not uri or not jobs.has_package(uri):
+            return None
+        held.append(uri)
+    return held
 
 
 def upload_with_ray(jobs, env: dict, log: Callable[[str], None] | None = None) -> None:

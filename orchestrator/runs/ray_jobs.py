@@ -12,11 +12,11 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import quote
 
 from orchestrator.runs.packages import ray_version, resolve_packages  # noqa: F401  (ray_version: one home)
-
-TERMINAL_RAY_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
+from orchestrator.states import RayJobStatus
 
 
 class JobsApiError(RuntimeError):
@@ -31,7 +31,7 @@ class JobsApiError(RuntimeError):
 class JobInfo:
     """What GET /api/jobs/{id} says of a job (times in ms since the epoch, as Ray gives them)."""
     submission_id: str
-    status: str
+    status: RayJobStatus
     message: str | None = None
     start_time: int | None = None
     end_time: int | None = None
@@ -42,10 +42,48 @@ class JobInfo:
 
     @classmethod
     def from_json(cls, d: dict) -> "JobInfo":
-        return cls(submission_id=d.get("submission_id") or d.get("job_id") or "", status=str(d.get("status")),
+        return cls(submission_id=d.get("submission_id") or d.get("job_id") or "", status=RayJobStatus(d.get("status")),
                    message=d.get("message"), start_time=d.get("start_time"), end_time=d.get("end_time"),
                    driver_exit_code=d.get("driver_exit_code"), entrypoint=d.get("entrypoint") or "",
                    metadata=d.get("metadata") or {}, runtime_env=d.get("runtime_env") or {})
+
+
+class LogFollower(Protocol):
+    """A job's log as it grows (log_tail.LogTail): each character handed out once."""
+
+    ended: bool  # the head closed the stream: the job ended and all of its log arrived
+
+    def read(self) -> str:
+        """What arrived since the last read."""
+        ...
+
+    def finish(self) -> str:
+        """The rest of the log, once the job ended."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class JobsClient(Protocol):
+    """What the run loop asks of one cluster's Ray Jobs API (RayJobs; the tests' FakeJobs)."""
+
+    def submit(self, *, entrypoint: str, submission_id: str, runtime_env: dict, metadata: dict,
+               entrypoint_num_gpus: float | None = None, entrypoint_num_cpus: float | None = None,
+               entrypoint_resources: dict | None = None) -> str:
+        ...
+
+    def status(self, submission_id: str) -> RayJobStatus:
+        ...
+
+    def info(self, submission_id: str) -> JobInfo:
+        ...
+
+    def tail(self, submission_id: str) -> LogFollower:
+        ...
+
+    def stop(self, submission_id: str) -> bool:
+        ...
 
 
 def _default_headers(address: str) -> dict[str, str]:
@@ -110,7 +148,7 @@ class RayJobs:
                 raise JobsApiError(f"the Ray head at {self.address} answered {status}: {had}", status) from None
             raise JobsApiError(f"Ray Jobs API {method} {path}: {status} {text[:500]}", status) from None
         except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
+            reason = e.reason if isinstance(e, urllib.error.URLError) else e
             raise JobsApiError(f"no answer from the Ray head at {self.address}: {reason}") from None
 
     def _json(self, method: str, path: str, **kw):
@@ -148,18 +186,18 @@ class RayJobs:
         if submission_id in self._ended:
             return self._ended[submission_id]
         info = JobInfo.from_json(self._json("GET", f"/api/jobs/{quote(submission_id)}"))
-        if info.status in TERMINAL_RAY_STATUSES:
+        if info.status.terminal:
             self._ended[submission_id] = info
         return info
 
-    def status(self, submission_id: str) -> str:
+    def status(self, submission_id: str) -> RayJobStatus:
         return self.info(submission_id).status
 
     def logs(self, submission_id: str) -> str:
         """The whole log (one read; following a job uses tail())."""
         return self._json("GET", f"/api/jobs/{quote(submission_id)}/logs")["logs"]
 
-    def tail(self, submission_id: str):
+    def tail(self, submission_id: str) -> LogFollower:
         """The log as it grows: a LogTail following Ray's websocket tail of the job's log."""
         from orchestrator.runs.log_tail import LogTail, websocket_text
 

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from orchestrator.state.db import Store
+from orchestrator.state.records import JobRecord
 
 CLAIMING = -1  # supervisor_pid while a new supervisor is being started
 
@@ -32,8 +33,8 @@ def process_alive(pid: int | None) -> bool:
     return b"python" in cmdline or b"dlrun" in cmdline
 
 
-def orphaned_jobs(store: Store) -> list:
-    return [r for r in store.list_jobs(limit=1000, live_only=True) if not process_alive(r["supervisor_pid"])]
+def orphaned_jobs(store: Store) -> list[JobRecord]:
+    return [j for j in store.list_jobs(limit=1000, live_only=True) if not process_alive(j.supervisor_pid)]
 
 
 def reconcile(store: Store) -> list[str]:
@@ -41,12 +42,12 @@ def reconcile(store: Store) -> list[str]:
     from orchestrator.runs.executor import spawn_supervisor
 
     done = []
-    for row in orphaned_jobs(store):
-        if not store.claim_supervisor(row["id"], expected=row["supervisor_pid"], claim=CLAIMING):
+    for job in orphaned_jobs(store):
+        if not store.claim_supervisor(job.id, expected=job.supervisor_pid, claim=CLAIMING):
             continue  # another dlrun process got there first
-        pid = spawn_supervisor(row["id"], resume=True)
-        store.update_job(row["id"], supervisor_pid=pid)
-        store.add_event(row["id"], "supervisor_restarted", {"dead_pid": row["supervisor_pid"], "new_pid": pid})
-        done.append(f"{row['id']}: its supervisor (pid {row['supervisor_pid']}) was gone; "
+        pid = spawn_supervisor(job.id, resume=True)
+        store.set_supervisor(job.id, pid)
+        store.add_event(job.id, "supervisor_restarted", {"dead_pid": job.supervisor_pid, "new_pid": pid})
+        done.append(f"{job.id}: its supervisor (pid {job.supervisor_pid}) was gone; "
                     f"re-attached with a new one (pid {pid})")
     return done

@@ -2,26 +2,25 @@
 from __future__ import annotations
 
 import json
-import time
 
 from infra import CLOUD_NAMES, capabilities
 
 from orchestrator.errors import UsageError
-from orchestrator.state.db import LIVE, Store, default_store
+from orchestrator.state.db import Store, default_store
+from orchestrator.state.records import ClusterRecord
 
 CLOUDS = CLOUD_NAMES
 
 
-def terminate_recorded(store: Store, row) -> str:
+def terminate_recorded(store: Store, cluster: ClusterRecord) -> str:
     """Terminate one cluster from its store record (the Cluster saved at launch)."""
     from infra import get_provider
     from infra.base import Cluster
 
-    if capabilities(row["provider"]).remote and row["cluster_json"]:
-        get_provider(row["provider"]).terminate(Cluster.from_dict(json.loads(row["cluster_json"])))
-    store.record_cluster(row["id"], provider=row["provider"], job_id=row["job_id"], state="terminated",
-                         terminated_at=time.time())
-    return f"terminated {row['id']} ({row['provider']})"
+    if capabilities(cluster.provider).remote and cluster.cluster_json:
+        get_provider(cluster.provider).terminate(Cluster.from_dict(json.loads(cluster.cluster_json)))
+    store.cluster_terminated(cluster.id)
+    return f"terminated {cluster.id} ({cluster.provider})"
 
 
 def local_head() -> tuple[str | None, bool]:
@@ -61,10 +60,10 @@ def down(cluster_id: str | None = None, orphans: bool = False, *, all_owners: bo
     head = recorded_head()
     if head and stop_local_head(head):
         out.append(f"stopped the local Ray head dlrun started (process group {head.pgid})")
-    for row in store.clusters(live_only=True):
-        job = store.get_job(row["job_id"]) if row["job_id"] else None
-        if capabilities(row["provider"]).remote and (job is None or job["status"] not in LIVE):
-            out.append(terminate_recorded(store, row))
+    for cluster in store.clusters(live_only=True):
+        job = store.get_job(cluster.job_id) if cluster.job_id else None
+        if capabilities(cluster.provider).remote and (job is None or not job.live):
+            out.append(terminate_recorded(store, cluster))
     if orphans:
         out += remove_orphans(store, all_owners=all_owners, confirm=confirm)
     if out:
@@ -91,7 +90,7 @@ def remove_orphans(store: Store, clouds=CLOUDS, providers: dict | None = None, *
         try:
             provider = (providers or {}).get(cloud) or get_provider(cloud)
             owned = provider.list_owned()
-            out += [f"left {line}" for line in getattr(provider, "kept_resources", list)()]  # e.g. dlrun's VPC
+            out += [f"left {line}" for line in provider.kept_resources()]  # e.g. dlrun's VPC
         except CredentialsError as e:
             out.append(f"{cloud}: skipped ({e.message})")
             continue
@@ -99,7 +98,7 @@ def remove_orphans(store: Store, clouds=CLOUDS, providers: dict | None = None, *
             continue
         for cluster in owned:
             job = store.get_job(cluster.job_id) if cluster.job_id else None
-            if job is not None and job["status"] in LIVE:
+            if job is not None and job.live:
                 continue
             theirs = cluster.extra.get("owner", "")
             if not all_owners and not same_owner(theirs, me):
@@ -113,9 +112,7 @@ def remove_orphans(store: Store, clouds=CLOUDS, providers: dict | None = None, *
             return out + ["nothing removed"]
     for cloud, provider, cluster in doomed:
         provider.terminate(cluster)
-        if store.get_cluster(cluster.cluster_id):
-            store.record_cluster(cluster.cluster_id, provider=cloud, job_id=cluster.job_id,
-                                 state="terminated", terminated_at=time.time())
+        store.cluster_terminated(cluster.cluster_id)  # when recorded here
         where = cluster.provider or cloud  # a team cluster's own name (cluster:NAME), not its registry kind
         out.append(f"removed orphan {where} cluster {cluster.cluster_id} (job {cluster.job_id or '?'})")
     return out

@@ -10,13 +10,19 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from jobs.metrics import parse_line as parse_metric_line
 from jobs.progress import terminal_lines
-from orchestrator.cli.render.display import JobView
+from orchestrator.cli.render.display import Display, JobView
 from orchestrator.cost import CostMeter
 from orchestrator.runs import sigterm
+from orchestrator.states import Ending, RayJobStatus
+
+if TYPE_CHECKING:
+    from infra.base import NodeState, ProviderError
+    from orchestrator.runs.ray_jobs import JobsClient, LogFollower
 
 HEAD_FAILURES_BEFORE_CHECK = 10  # failed status polls in a row before the cloud is asked about the nodes
 HEAD_LOST_AFTER_S = 600.0  # a head unreachable this long while its instances run is lost
@@ -39,21 +45,28 @@ def is_ray_line(line: str) -> bool:
 
 @dataclass
 class Outcome:
-    kind: str  # SUCCEEDED, FAILED, STOPPED, PREEMPTED, BUDGET_EXCEEDED, INTERRUPTED
+    """How one attempt ended (states.Ending says what that leads to) and what it left to record."""
+
+    kind: Ending
     detail: str = ""
     result: dict = field(default_factory=dict)
     run_seconds: float | None = None
     exit_code: int | None = None  # the job's own exit code, when Ray knows it
+    error: ProviderError | None = None  # NOT_READY: what stopped the launch or the boot (its scope is blocked)
+
+    @classmethod
+    def not_ready(cls, error: ProviderError) -> "Outcome":
+        return cls(Ending.NOT_READY, error.message, error=error)
 
 
 @dataclass
 class Watcher:
-    jobs: object  # ray_jobs.RayJobs: status(), info(), tail(), stop()
+    jobs: JobsClient
     submission_id: str
     view: JobView
-    display: object
+    display: Display
     meter: CostMeter
-    node_states: Callable[[], list] | None = None  # provider.status(cluster) -> [NodeState]
+    node_states: Callable[[], list[NodeState]] | None = None  # provider.status(cluster)
     on_event: Callable[[str, dict], None] = lambda kind, detail: None
     max_cost: float | None = None
     poll_s: float = 0.5
@@ -63,8 +76,8 @@ class Watcher:
     sleep: Callable[[float], None] = time.sleep
     _warned: bool = False
     result: dict = field(default_factory=dict)
-    log_path: object = None  # the job's log is kept here too: readable after the cluster is gone
-    _tail: object = None
+    log_path: Path | None = None  # the job's log is kept here too: readable after the cluster is gone
+    _tail: LogFollower | None = None
     _partial: str = ""  # the start of a line still being written
     _end_near: float | None = None  # when the end looked near (result printed, stream closed)
     _started: float | None = None
@@ -79,7 +92,7 @@ class Watcher:
             text = self._tail.finish() if final else self._tail.read()
         except Exception:
             return
-        if getattr(self._tail, "ended", False) and self._end_near is None:
+        if self._tail.ended and self._end_near is None:
             self._end_near = self.clock()
         text = self._partial + text
         # only whole lines: a line still being written is read complete at a later poll
@@ -106,7 +119,8 @@ class Watcher:
                 self._end_near = self.clock()
         elif data.get("event") == "resumed":
             step = f" step {data['step']}" if data.get("step") else ""
-            self.display.message(f"resuming {self.view.name} from epoch {data.get('epoch')}{step} (--fresh to start over)")
+            self.display.message(f"resuming {self.view.name} from epoch {data.get('epoch')}{step} "
+                                 "(--fresh to start over)")
             self.on_event("resumed", data)
         elif data.get("event") in ("preemption_notice", "preempted_notice"):
             self._notice_line(data)
@@ -160,7 +174,8 @@ class Watcher:
     def _interval(self, now: float) -> float:
         if self._end_near is not None and now - self._end_near < END_NEAR_S:
             return min(self.poll_s, FAST_POLL_S)
-        elapsed = max(0.0, now - self._started - FAST_S)
+        started = self._started if self._started is not None else now  # set when the loop began
+        elapsed = max(0.0, now - started - FAST_S)
         ramp = FIRST_POLL_S + (self.poll_s - FIRST_POLL_S) * elapsed / (RAMP_S - FAST_S)
         return max(min(self.poll_s, FIRST_POLL_S), min(self.poll_s, ramp))
 
@@ -175,23 +190,21 @@ class Watcher:
                         reason = sigterm.cancel_reason()
                         self.on_event("cancel_requested", {"by": "SIGTERM" if sigterm.received() else "Ctrl-C"})
                         self._consume_logs(final=True)
-                        return Outcome("STOPPED", reason, run_seconds=self._run_seconds())
+                        return Outcome(Ending.STOPPED, reason, run_seconds=self._run_seconds())
         finally:
             if self._tail is not None:
                 self._tail.close()
 
     def _loop(self) -> Outcome:
-        from orchestrator.runs.ray_jobs import TERMINAL_RAY_STATUSES
-
         last_nodes = self.clock()
         self._started = self._started if self._started is not None else last_nodes
-        last_status = None
+        last_status: RayJobStatus | None = None
         head_failures, unreachable_since = 0, 0.0
         while True:
             now = self.clock()
             self.view.accrued = self.meter.accrued(now)
             try:
-                status = self.jobs.status(self.submission_id)
+                status: RayJobStatus | None = RayJobStatus(self.jobs.status(self.submission_id))
                 head_failures = 0
             except Exception as e:
                 status = None
@@ -201,29 +214,40 @@ class Watcher:
                 if head_failures % HEAD_FAILURES_BEFORE_CHECK == 0:
                     gone = self._head_lost(e, now - unreachable_since)
                     if gone:
-                        return Outcome("PREEMPTED", gone)
-            if status and status != last_status:
-                last_status = status
-                self.on_event("ray_status", {"status": status})
-                if status == "RUNNING":
-                    self.view.phase = "running"
-            if status not in (None, "PENDING") or self._tail is not None:
-                self._consume_logs(final=status in TERMINAL_RAY_STATUSES)
+                        return Outcome(Ending.PREEMPTED, gone)
+            if status is not None:
+                last_status = self._saw(status, last_status)
+            if status not in (None, RayJobStatus.PENDING) or self._tail is not None:
+                self._consume_logs(final=status is not None and status.terminal)
             self.display.update(self.view)
-            if status in TERMINAL_RAY_STATUSES:
-                if status == "FAILED" and self.noticed is not None:  # it stopped for the notice: recover
-                    return Outcome("PREEMPTED", self.noticed, run_seconds=self._run_seconds())
-                code = self._exit_code()
-                detail = f"the job exited with code {code}" if status == "FAILED" and code is not None else ""
-                return Outcome(status, detail, result=self.result, run_seconds=self._run_seconds(), exit_code=code)
+            if status is not None and status.terminal:
+                return self._ended(status.ending())
             if self._check_budget(now):
-                return Outcome("BUDGET_EXCEEDED", f"accrued ${self.meter.accrued(now):.4f} reached max ${self.max_cost:g}")
+                return Outcome(Ending.BUDGET_EXCEEDED,
+                               f"accrued ${self.meter.accrued(now):.4f} reached max ${self.max_cost:g}")
             if now - last_nodes >= self.node_poll_s:
                 last_nodes = now
                 why = self._preempted()
                 if why:
-                    return Outcome("PREEMPTED", why)
+                    return Outcome(Ending.PREEMPTED, why)
             self.sleep(self._interval(now))
+
+    def _saw(self, status: RayJobStatus, last: RayJobStatus | None) -> RayJobStatus:
+        """A status told once it changes (an event); the view's phase once the job runs."""
+        if status != last:
+            self.on_event("ray_status", {"status": status.value})
+            if status == RayJobStatus.RUNNING:
+                self.view.phase = "running"
+        return status
+
+    def _ended(self, ending: Ending) -> Outcome:
+        """The Ray job ended: a failure after a preemption notice is the preemption (it stopped with a
+        checkpoint: recover); else its ending, with what it reported."""
+        if ending == Ending.FAILED and self.noticed is not None:
+            return Outcome(Ending.PREEMPTED, self.noticed, run_seconds=self._run_seconds())
+        code = self._exit_code()
+        detail = f"the job exited with code {code}" if ending == Ending.FAILED and code is not None else ""
+        return Outcome(ending, detail, result=self.result, run_seconds=self._run_seconds(), exit_code=code)
 
     def _head_lost(self, error: Exception, unreachable_s: float) -> str | None:
         """Why the head counts as lost after a run of failed polls, or None to keep waiting.
@@ -254,6 +278,6 @@ class Watcher:
 
     def _exit_code(self) -> int | None:
         try:
-            return getattr(self.jobs.info(self.submission_id), "driver_exit_code", None)
+            return self.jobs.info(self.submission_id).driver_exit_code
         except Exception:
             return None

@@ -1,11 +1,13 @@
 """Fakes at the boundaries of the job run loop (no Ray head, no cloud), shared by test_run_loop and test_watch.
 
     FakeClock        a callable clock that moves only when told (FakeJobs.status moves it one poll)
-    FakeBackend      a provider (aws/gcp, the registry's real capabilities) driven by a launch script;
-                     records every call, so a test can check that nothing was left behind
-    FakeJobs         the Ray Jobs API of one cluster, driven by a status script; logs grow as it goes
+    FakeBackend      an infra.base.Provider (aws/gcp, the registry's real capabilities) driven by a launch
+                     script; records every call, so a test can check that nothing was left behind
+    FakeJobs         the Ray Jobs API of one cluster (ray_jobs.JobsClient), driven by a status script; logs
+                     grow as it goes
     JobsFactory      address -> FakeJobs, one per attempt (execute's `jobs_client`)
     RecordingDisplay what the run loop showed
+    left_running     the store as a supervisor killed mid-watch leaves it (for re-attaching)
 """
 from __future__ import annotations
 
@@ -13,12 +15,11 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 from infra import capabilities
-from infra.base import Cluster, Connection, Node, NodeState
-
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+from infra.base import Cluster, Connection, Node, NodeState, Provider
+from orchestrator.runs.ray_jobs import JobInfo
+from orchestrator.states import RayJobStatus
 
 
 def metric(**data) -> str:
@@ -81,9 +82,13 @@ class Leak:
         self.error = error
 
 
-class FakeBackend:
+class FakeBackend(Provider):
     """`script`: a list consumed one item per launch (then `default`), or a dict offer key -> item,
-    or a callable(request) -> item. An item is an exception to raise, an Up, or a Leak."""
+    or a callable(request) -> item. An item is an exception to raise, an Up, or a Leak.
+
+    As the real providers do: launch() is idempotent by cluster id only in that a Leak leaves a cluster
+    that list_owned() finds; terminate() is safe twice; status() says `gone` for a terminated cluster.
+    Not reproduced: cloud latency, partial node failures within a launch, the watchdog heartbeat's effect."""
 
     def __init__(self, name: str, script=None, *, default=None, clock: FakeClock | None = None,
                  launch_seconds: float = 0.0, launched_at_offset: float = 0.0, connect_errors=(),
@@ -108,6 +113,7 @@ class FakeBackend:
         self.connections: list[Connection] = []
         self.closed: list[str] = []
         self.list_owned_calls = 0
+        self.heartbeats = 0
 
     def preflight(self) -> None:
         self.preflights += 1
@@ -116,6 +122,12 @@ class FakeBackend:
 
     def submission_extras(self, offer, workers: int, cluster: Cluster) -> dict:
         return {}  # a backend of dlrun's own clusters: nothing to add
+
+    def heartbeat(self, cluster: Cluster) -> None:
+        self.heartbeats += 1
+
+    def kept_resources(self) -> list[str]:
+        return []  # nothing shared between clusters (AWS keeps its VPC)
 
     def _next(self, request):
         if callable(self.script):
@@ -195,6 +207,22 @@ class FakeBackend:
         assert all(c._on_close is None for c in self.connections)  # Connection.close() ran
 
 
+def left_running(store, job_id: str, offer, cluster: Cluster, *, launched_at: float) -> None:
+    """The store as a supervisor killed mid-watch leaves it, written as run_attempt writes it: attempt 1 on
+    `offer` with `cluster` up since `launched_at`, its Ray job submitted (the job's status is the test's)."""
+    store.start_attempt(job_id, attempt=1, backend=cluster.provider, offer_key=offer.key,
+                        instance_type=cluster.instance_type, accelerator=offer.accelerator or "CPU",
+                        accelerator_count=offer.accelerator_count, spot=cluster.spot,
+                        price_per_hour=cluster.price_per_hour * len(cluster.nodes), price_date=None,
+                        cluster_id=cluster.cluster_id)
+    store.cluster_launching(cluster.cluster_id, provider=cluster.provider, job_id=job_id, region=cluster.region,
+                            instance_type=cluster.instance_type, spot=cluster.spot, num_nodes=len(cluster.nodes),
+                            price_per_hour=cluster.price_per_hour, launched_at=launched_at)
+    store.cluster_up(cluster.cluster_id, zone=cluster.zone, launched_at=launched_at,
+                     cluster_json=json.dumps(cluster.to_dict()))
+    store.mark_submitted(job_id, f"dlrun-{job_id}-1", "http://fake-head")
+
+
 def providers(*backends: FakeBackend):
     """execute's get_provider over these backends (an unknown name is a test error)."""
     by_name = {b.name: b for b in backends}
@@ -206,7 +234,11 @@ def providers(*backends: FakeBackend):
 class FakeJobs:
     """`script`: one step per status() call, then the last step's status forever. A step is a status
     string, an exception to raise, or (status_or_exception, log text appended at that poll).
-    Every status() call first moves the clock by `dt` seconds (the time between two polls)."""
+    Every status() call first moves the clock by `dt` seconds (the time between two polls).
+
+    As Ray's Jobs API (ray_jobs.RayJobs): start_time/end_time in ms, set when the job runs/ends; a job
+    that failed has driver_exit_code `exit_code`; stop() of any job answers True.
+    Not reproduced: package uploads, the agent-not-ready retry of submit, 401/403 answers."""
 
     def __init__(self, address: str, script, clock: FakeClock, dt: float = 60.0, on_status=None):
         self.address = address
@@ -223,6 +255,8 @@ class FakeJobs:
         self.logs_error: BaseException | None = None
         self.start_ms: float | None = None
         self.end_ms: float | None = None
+        self.exit_code: int | None = None  # the driver's, reported once the job failed
+        self.last = RayJobStatus.PENDING  # the status the last status() call answered
 
     def submit(self, **kw) -> str:
         self.submitted.append(kw)
@@ -233,7 +267,7 @@ class FakeJobs:
         what, text = step if isinstance(step, tuple) else (step, "")
         return what, (text if i < len(self.script) else "")
 
-    def status(self, submission_id: str) -> str:
+    def status(self, submission_id: str) -> RayJobStatus:
         self.clock.advance(self.dt)
         what, text = self._step(self.polls)
         self.polls += 1
@@ -243,12 +277,14 @@ class FakeJobs:
             self.on_status(self, self.polls)
         if isinstance(what, BaseException):
             raise what
-        if what == "RUNNING" and self.start_ms is None:
+        status = RayJobStatus(what)
+        if status == RayJobStatus.RUNNING and self.start_ms is None:
             self.start_ms = self.clock() * 1000
-        if what in TERMINAL and self.end_ms is None:
+        if status.terminal and self.end_ms is None:
             self.end_ms = self.clock() * 1000
             self.start_ms = self.start_ms if self.start_ms is not None else self.end_ms
-        return what
+        self.last = status
+        return status
 
     def logs(self, submission_id: str) -> str:
         self.logs_calls += 1
@@ -265,8 +301,13 @@ class FakeJobs:
         self.stopped.append(submission_id)
         return True
 
-    def info(self, submission_id: str):
-        return SimpleNamespace(start_time=self.start_ms, end_time=self.end_ms)
+    def info(self, submission_id: str) -> JobInfo:
+        return JobInfo(submission_id, self.last, start_time=_ms(self.start_ms), end_time=_ms(self.end_ms),
+                       driver_exit_code=self.exit_code if self.last == RayJobStatus.FAILED else None)
+
+
+def _ms(t: float | None) -> int | None:
+    return None if t is None else round(t)
 
 
 class FakeTail:
@@ -293,14 +334,15 @@ class FakeTail:
 class RawLogJobs(FakeJobs):
     """FakeJobs whose log text is appended verbatim (no newline added): partial lines are possible."""
 
-    def status(self, submission_id: str) -> str:
+    def status(self, submission_id: str) -> RayJobStatus:
         self.clock.advance(self.dt)
         what, text = self._step(self.polls)
         self.polls += 1
         self.text += text
         if isinstance(what, BaseException):
             raise what
-        return what
+        self.last = RayJobStatus(what)
+        return self.last
 
 
 class JobsFactory:

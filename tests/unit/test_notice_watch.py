@@ -68,6 +68,6 @@ def test_a_spot_run_stopped_by_the_notice_resumes_from_the_same_bucket_in_anothe
     assert jobs.clients[0].submitted[0]["entrypoint"] == "python3 -m jobs.notice --cloud aws -- python3 -m jobs.tee -- sh -c 'python train.py'"
     assert [e["location"] for e in events(store, job_id, "checkpoint")] == [location, location]
     assert events(store, job_id, "preempted_notice")[0]["step"] == 7
-    recovering = [e for e in store.events(job_id) if e["status"] == "RECOVERING"][0]
-    assert recovering["detail"] == "preempted with notice, checkpoint at epoch 1 step 7"
+    recovering = [e for e in store.events(job_id) if e.status == "RECOVERING"][0]
+    assert recovering.detail == "preempted with notice, checkpoint at epoch 1 step 7"
     assert_nothing_left(store, job_id, aws)

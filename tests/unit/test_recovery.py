@@ -2,17 +2,14 @@
 supervisor's attempt picked up again, user-code restarts, and the budget (split from test_run_loop)."""
 from __future__ import annotations
 
-import json
-from types import SimpleNamespace
-
 import pytest
 
-from infra.base import NodeState
+from infra.base import ClusterRequest, NodeState
 from orchestrator.errors import JobFailedError
 from orchestrator.paths import job_log_path
 from orchestrator.planning.spec import parse_job
 from orchestrator.runs.executor import BudgetExhaustedError, execute, make_plan
-from tests.unit.fakes_runs import (FakeBackend, JobsFactory, RecordingDisplay, Up, metric,
+from tests.unit.fakes_runs import (FakeBackend, JobsFactory, RecordingDisplay, Up, left_running, metric,
                                    providers, result)
 from tests.unit.test_run_loop import (AWS_JOB, HEAD_SILENT, SPOT_JOB, SUCCESS, assert_nothing_left, events, new_job, price, run, statuses)  # noqa: F401
 
@@ -41,11 +38,11 @@ def test_spot_preemption_recovers_on_another_pool(store, clock):
     # nodes are polled every node_poll_s (= 2 polls): 'preempted' at the 2nd node poll, i.e. poll 5
     assert aws.status_calls[r1.cluster_id] == 2 and jobs.clients[0].polls == 5
     row = store.get_job(job_id)
-    assert (row["preemptions"], row["attempts"], row["status"]) == (1, 2, "SUCCEEDED")
+    assert (row.preemptions, row.attempts, row.status) == (1, 2, "SUCCEEDED")
     assert statuses(store, job_id) == ["PENDING", "PROVISIONING", "SUBMITTED", "RUNNING", "RECOVERING", "PLANNING",
                                        "PROVISIONING", "SUBMITTED", "RUNNING", "SUCCEEDED"]
-    recovering = [e for e in store.events(job_id) if e["status"] == "RECOVERING"][0]
-    assert "preempted" in recovering["detail"]
+    recovering = [e for e in store.events(job_id) if e.status == "RECOVERING"][0]
+    assert "preempted" in recovering.detail
     assert events(store, job_id, "resumed") == [{"event": "resumed", "epoch": 1}]
     assert any("preempted" in m and "recovering" in m for m in display.messages)
     # the preempted attempt's Ray job was stopped before teardown; both submissions numbered
@@ -53,7 +50,7 @@ def test_spot_preemption_recovers_on_another_pool(store, clock):
     assert jobs.clients[1].submitted[0]["submission_id"] == f"dlrun-{job_id}-2"
     # both clusters paid: node-seconds of each attempt x its own launch price
     p2 = r2.offer.hourly(r2.spot)
-    assert row["actual_cost"] == pytest.approx(5 * 60 * price(first) / 3600 + 3 * 60 * p2 / 3600, abs=2 * p2 / 3600)
+    assert row.actual_cost == pytest.approx(5 * 60 * price(first) / 3600 + 3 * 60 * p2 / 3600, abs=2 * p2 / 3600)
     assert len(aws.launched) == 2
     assert_nothing_left(store, job_id, aws)
 
@@ -97,16 +94,12 @@ def left_by_a_dead_supervisor(store, clock, aws, plan, job_id, *, up_for: float 
     """The store and the cloud as a supervisor killed mid-watch leaves them: a live cluster, its
     submission running, the job RUNNING (the cluster launched `up_for` seconds ago)."""
     cand = plan.chosen
-    request = SimpleNamespace(cluster_id="c-dead-1", job_id=job_id, offer=cand.offer, spot=cand.spot, num_nodes=1)
+    request = ClusterRequest(cluster_id="c-dead-1", job_id=job_id, offer=cand.offer, spot=cand.spot, num_nodes=1)
     cluster = aws._cluster(request)
     aws.live[cluster.cluster_id] = cluster
     aws.launched.append(cluster.cluster_id)
     aws.behaviour[cluster.cluster_id] = behaviour or Up()
-    store.record_cluster(cluster.cluster_id, provider="aws", job_id=job_id, state="up", price_per_hour=price(cand),
-                         cluster_json=json.dumps(cluster.to_dict()), launched_at=clock() - up_for, num_nodes=1,
-                         spot=int(cand.spot))
-    store.update_job(job_id, cluster_id=cluster.cluster_id, attempts=1, ray_submission_id=f"dlrun-{job_id}-1",
-                     offer_key=cand.offer.key, actual_cost=0.0)
+    left_running(store, job_id, cand.offer, cluster, launched_at=clock() - up_for)
     store.set_status(job_id, "RUNNING")
     return cluster
 
@@ -144,7 +137,7 @@ def test_resume_finds_the_nodes_lost_and_relaunches(store, clock):
     assert len(aws.requests) == 1 and aws.terminated[0] == "c-dead-1"
     assert events(store, job_id, "reattach")[0]["found"] == "nodes lost; terminated"
     row = store.get_job(job_id)
-    assert (row["preemptions"], row["attempts"]) == (1, 2)
+    assert (row.preemptions, row.attempts) == (1, 2)
     assert jobs.clients[0].submitted[0]["submission_id"] == f"dlrun-{job_id}-2"
     assert_nothing_left(store, job_id, aws)
 
@@ -179,8 +172,8 @@ def test_resume_with_an_unreachable_head_relaunches(store, clock):
     assert res.status == "SUCCEEDED"
     assert aws.terminated[0] == "c-dead-1" and len(aws.requests) == 1
     row = store.get_job(job_id)
-    assert (row["preemptions"], row["attempts"]) == (0, 2)
-    recovering = [e["detail"] for e in store.events(job_id) if e["status"] == "RECOVERING"]
+    assert (row.preemptions, row.attempts) == (0, 2)
+    recovering = [e.detail for e in store.events(job_id) if e.status == "RECOVERING"]
     assert len(recovering) == 1 and HEAD_SILENT.message in recovering[0]
     assert_nothing_left(store, job_id, aws)
 
@@ -207,7 +200,7 @@ def test_user_failure_is_retried_max_restarts_on_errors_times(store, clock, rest
     assert [m for m in display.messages if "restart" in m] == \
         [f"the job failed; restart {i} of {restarts}" for i in range(1, restarts + 1)]
     row = store.get_job(job_id)
-    assert (row["status"], row["attempts"], row["preemptions"]) == ("FAILED", restarts + 1, 0)
+    assert (row.status, row.attempts, row.preemptions) == ("FAILED", restarts + 1, 0)
     assert all(c.stopped == [] for c in jobs.clients)  # a failed Ray job has ended: nothing to stop
     assert "ValueError: boom" in job_log_path(job_id).read_text()
     assert_nothing_left(store, job_id, aws)
@@ -237,17 +230,17 @@ def test_budget_reached_stops_the_job_and_tears_down(store, clock):
 
     assert (res.status, res.exit_code) == ("BUDGET_EXCEEDED", 1)
     row = store.get_job(job_id)
-    assert row["status"] == "BUDGET_EXCEEDED" and "reached max $0.5" in statuses_detail(store, job_id)
+    assert row.status == "BUDGET_EXCEEDED" and "reached max $0.5" in statuses_detail(store, job_id)
     assert jobs.clients[0].stopped == [f"dlrun-{job_id}-1"]  # the Ray job is stopped before teardown
     per_poll = dt * p / 3600
-    assert 0.5 <= row["actual_cost"] <= 0.5 + 2 * per_poll
+    assert 0.5 <= row.actual_cost <= 0.5 + 2 * per_poll
     assert len(events(store, job_id, "budget_warning")) == 1
     assert sum("budget warning" in m for m in display.messages) == 1
     assert_nothing_left(store, job_id, aws)
 
 
 def statuses_detail(store, job_id) -> str:
-    return [e["detail"] for e in store.events(job_id) if e["kind"] == "status"][-1]
+    return [e.detail for e in store.events(job_id) if e.kind == "status"][-1]
 
 
 def _recovery_need(store, spec, blocked, fraction) -> float:
@@ -283,9 +276,9 @@ def test_recovery_refused_when_the_remaining_budget_cannot_pay(store, clock):
 
     assert ei.value.exit_code == 3 and "not relaunching" in ei.value.message and "90%" in ei.value.message
     row = store.get_job(job_id)
-    assert (row["status"], row["preemptions"], row["attempts"]) == ("BUDGET_EXCEEDED", 1, 1)
-    assert row["message"] == ei.value.message
-    assert row["actual_cost"] == pytest.approx(5 * per_poll, rel=1e-3)
+    assert (row.status, row.preemptions, row.attempts) == ("BUDGET_EXCEEDED", 1, 1)
+    assert row.message == ei.value.message
+    assert row.actual_cost == pytest.approx(5 * per_poll, rel=1e-3)
     assert events(store, job_id, "budget_warning") == []
     assert len(aws.requests) == 1
     assert jobs.clients[0].stopped == [f"dlrun-{job_id}-1"]
@@ -324,7 +317,7 @@ def test_budget_counts_earlier_attempts(store, clock):
     assert jobs.clients[0].polls == 5  # the first attempt spent half the budget
     second_per_poll = dt * r2.offer.hourly(r2.spot) / 3600
     row = store.get_job(job_id)
-    assert max_cost <= row["actual_cost"] <= max_cost + 2 * second_per_poll
+    assert max_cost <= row.actual_cost <= max_cost + 2 * second_per_poll
     # the second cluster ran only until the total hit the budget, not for a whole budget of its own
     assert jobs.clients[1].polls * second_per_poll < 0.5 * max_cost + 2 * second_per_poll
     assert len(events(store, job_id, "budget_warning")) == 1

@@ -7,8 +7,6 @@ launched cluster terminated exactly once, each connection closed, no live cluste
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 import ray  # noqa: F401  (run_attempt imports it between two clock readings: imported once, here)
 
@@ -45,18 +43,18 @@ def run(job_id, store, plan, backends, jobs, clock, display=None, node_poll_s=12
 
 
 def statuses(store, job_id) -> list[str]:
-    return [e["status"] for e in store.events(job_id) if e["kind"] == "status"]
+    return [e.status for e in store.events(job_id) if e.kind == "status"]
 
 
 def events(store, job_id, kind) -> list[dict]:
-    return [json.loads(e["detail"]) if e["detail"] else {} for e in store.events(job_id) if e["kind"] == kind]
+    return [e.data for e in store.events(job_id) if e.kind == kind]
 
 
 def assert_nothing_left(store, job_id, *backends):
     for b in backends:
         b.assert_clean()
     assert store.clusters(live_only=True) == []
-    assert all(c["state"] == "terminated" and c["terminated_at"] for c in store.job_clusters(job_id))
+    assert all(c.state == "terminated" and c.terminated_at for c in store.job_clusters(job_id))
 
 
 def price(cand) -> float:
@@ -93,17 +91,17 @@ def test_success_records_result_cost_and_tears_down(store, clock):
     assert (res.status, res.exit_code, res.job_id) == ("SUCCEEDED", 0, job_id)
     assert res.result == {"accuracy": 0.93, "loss": 0.2}
     row = store.get_job(job_id)
-    assert row["status"] == "SUCCEEDED" and row["ended_at"] and row["started_at"]
-    assert json.loads(row["metrics_json"]) == {"accuracy": 0.93, "loss": 0.2}
-    assert (row["attempts"], row["preemptions"]) == (1, 0)
-    assert (row["backend"], row["offer_key"], row["spot"]) == ("aws", chosen.offer.key, int(chosen.spot))
-    assert row["ray_submission_id"] == f"dlrun-{job_id}-1" and row["ray_address"] == "http://fake-head"
-    assert row["actual_run_seconds"] == pytest.approx(2 * 60)  # RUNNING at poll 2, SUCCEEDED at poll 4
+    assert row.status == "SUCCEEDED" and row.ended_at and row.started_at
+    assert row.metrics == {"accuracy": 0.93, "loss": 0.2}
+    assert (row.attempts, row.preemptions) == (1, 0)
+    assert (row.backend, row.offer_key, row.spot) == ("aws", chosen.offer.key, chosen.spot)
+    assert row.ray_submission_id == f"dlrun-{job_id}-1" and row.ray_address == "http://fake-head"
+    assert row.actual_run_seconds == pytest.approx(2 * 60)  # RUNNING at poll 2, SUCCEEDED at poll 4
     # cost = node-seconds (launch + 4 polls of the fake clock) x the launch price
-    assert row["price_per_hour"] == pytest.approx(price(chosen))
+    assert row.price_per_hour == pytest.approx(price(chosen))
     assert clock() - t0 == pytest.approx(300 + 4 * 60)
-    assert row["actual_cost"] > 0
-    assert row["actual_cost"] == node_cost(300 + 4 * 60, price(chosen))
+    assert row.actual_cost > 0
+    assert row.actual_cost == node_cost(300 + 4 * 60, price(chosen))
     assert statuses(store, job_id) == ["PENDING", "PROVISIONING", "SUBMITTED", "RUNNING", "SUCCEEDED"]
     assert [e["status"] for e in events(store, job_id, "ray_status")] == ["PENDING", "SUCCEEDED"]
     # what was launched and submitted
@@ -130,7 +128,7 @@ def test_success_records_result_cost_and_tears_down(store, clock):
     assert line.endswith(f"${row['actual_cost']:.4f}: accuracy=0.93 loss=0.2")
     assert not [m for m in display.messages if "SUCCEEDED" in m]
     crow = store.get_cluster(request.cluster_id)
-    assert crow["price_per_hour"] == pytest.approx(price(chosen)) and crow["zone"] == f"{chosen.offer.region}-a"
+    assert crow.price_per_hour == pytest.approx(price(chosen)) and crow.zone == f"{chosen.offer.region}-a"
     assert_nothing_left(store, job_id, aws)
 
 
@@ -159,8 +157,8 @@ def test_terminal_status_is_never_overwritten(store, clock):
     assert store.set_status(job_id, "SUCCEEDED") is False
 
     row = store.get_job(job_id)
-    assert (row["status"], row["ended_at"], len(store.events(job_id))) == before
-    assert row["message"] is None
+    assert (row.status, row.ended_at, len(store.events(job_id))) == before
+    assert row.message is None
 
 
 def test_external_cancel_mid_run_is_kept(store, clock):
@@ -178,8 +176,8 @@ def test_external_cancel_mid_run_is_kept(store, clock):
 
     assert (res.status, res.exit_code) == ("CANCELLED", 130)
     assert store.get_job(job_id)["status"] == "CANCELLED"
-    cancelled = [e for e in store.events(job_id) if e["kind"] == "status" and e["status"] == "CANCELLED"]
-    assert [e["detail"] for e in cancelled] == ["dlrun cancel"]
+    cancelled = [e for e in store.events(job_id) if e.kind == "status" and e.status == "CANCELLED"]
+    assert [e.detail for e in cancelled] == ["dlrun cancel"]
     assert_nothing_left(store, job_id, aws)
 
 
@@ -222,13 +220,13 @@ def test_provider_error_on_first_candidate_fails_over(store, clock, error, block
     assert events(store, job_id, "provision_failed") == [{"offer": first.offer.key, "error": error.message}]
     assert any("trying the next candidate" in m and error.message in m for m in display.messages)
     row = store.get_job(job_id)
-    assert row["attempts"] == 2 and row["offer_key"] == r2.offer.key
+    assert row.attempts == 2 and row.offer_key == r2.offer.key
     assert statuses(store, job_id) == ["PENDING", "PROVISIONING", "PLANNING", "PROVISIONING", "SUBMITTED",
                                        "RUNNING", "SUCCEEDED"]
     assert aws.launched == [r2.cluster_id]  # the failed launch left nothing for dlrun to remove
     assert store.get_cluster(r1.cluster_id)["state"] == "terminated"
     # the failed launch rolled back: nothing billed for it; the second cluster from its launch on
-    assert row["actual_cost"] == node_cost(120 + 4 * 60, r2.offer.hourly(r2.spot))
+    assert row.actual_cost == node_cost(120 + 4 * 60, r2.offer.hourly(r2.spot))
     assert_nothing_left(store, job_id, aws)
 
 
@@ -288,7 +286,7 @@ def test_credentials_refused_on_every_cloud(store, clock):
     assert "aws " in msg and "aws configure" in msg and "gcp " in msg and "gcloud auth" in msg
     assert len(aws.requests) == 1 and len(gcp.requests) == 1  # a credentials error blocks the whole cloud
     row = store.get_job(job_id)
-    assert row["status"] == "FAILED" and "aws configure" in row["message"]
+    assert row.status == "FAILED" and "aws configure" in row.message
     assert len(events(store, job_id, "provision_failed")) == 2
     assert aws.launched == gcp.launched == []
     assert_nothing_left(store, job_id, aws, gcp)

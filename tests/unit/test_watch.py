@@ -203,12 +203,11 @@ def test_fewer_status_errors_in_a_row_are_not():
 # --- node states -------------------------------------------------------------------------------------
 
 def cluster_of(aws: FakeBackend, behaviour: Up):
-    from types import SimpleNamespace
-
+    from infra.base import ClusterRequest
     from infra.catalog import load_offers
 
     offer = next(o for o in load_offers() if o.cloud == "aws" and o.spot_price_per_hour is not None)
-    request = SimpleNamespace(cluster_id="c-1", job_id="j-1", offer=offer, spot=True, num_nodes=2)
+    request = ClusterRequest(cluster_id="c-1", job_id="j-1", offer=offer, spot=True, num_nodes=2)
     cluster = aws._cluster(request)
     aws.live[cluster.cluster_id] = cluster
     aws.launched.append(cluster.cluster_id)

@@ -5,6 +5,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from orchestrator.cli.render.summary import duration, fmt_value, reported
 
@@ -38,6 +39,26 @@ def progress_text(view: JobView) -> str:
         return epoch
     eta = f" ETA {duration(view.eta_s)}" if view.eta_s is not None and view.progress < 1 else ""
     return f"{view.progress * 100:.0f} %{' ' + epoch if epoch else ''}{eta}"
+
+
+class Display(Protocol):
+    """What the run loop shows a job's progress on: PlainDisplay, RichDisplay (the tests' RecordingDisplay)."""
+
+    def update(self, view: JobView) -> None:
+        """The view changed (phase, progress, cost)."""
+        ...
+
+    def log(self, line: str) -> None:
+        """A line of the job's own output."""
+        ...
+
+    def message(self, text: str) -> None:
+        """A line of dlrun's about the run (a preemption, a failover)."""
+        ...
+
+    def confirm_cancel(self) -> bool:
+        """Asked on Ctrl-C: whether to cancel the job (True) or go on watching."""
+        ...
 
 
 class PlainDisplay:
