@@ -7,8 +7,8 @@ import time
 
 import click
 
-from orchestrator.cost import node_seconds_cost
 from orchestrator.errors import UsageError
+from orchestrator.monitoring.costs import accrued_cost
 from orchestrator.state.db import Store, default_store
 from orchestrator.state.records import EventRecord, JobRecord
 from orchestrator.states import JobStatus
@@ -19,17 +19,6 @@ def _job(store: Store, job_id: str) -> JobRecord:
     if job is None:
         raise UsageError(f"no job '{job_id}'; `dlrun status` lists them")
     return job
-
-
-def accrued_cost(store: Store, job: JobRecord, now: float | None = None) -> float:
-    """Spent so far: finished attempts (recorded) + the live cluster's node-seconds × launch price."""
-    now = now or time.time()
-    spent = job.actual_cost
-    if job.live:
-        for c in store.job_clusters(job.id):
-            if not c.terminated:
-                spent += node_seconds_cost(c.price_per_hour * c.num_nodes, c.launched_at, now)
-    return spent
 
 
 TIME_FIELDS = ("created_at", "started_at", "ended_at")
