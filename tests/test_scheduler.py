@@ -7,7 +7,6 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -16,8 +15,8 @@ from click.testing import CliRunner
 from orchestrator.state import schedules as ss
 from orchestrator.cli.schedule import _standalone as cli
 from orchestrator.errors import UsageError
-from orchestrator.schedule.scheduler import (Scheduler, SchedulerLock, SchedulerRunningError, notify_scheduler,
-                                    running_scheduler_pid)
+from orchestrator.schedule.scheduler import (FireResult, Scheduler, SchedulerLock, SchedulerRunningError,
+                                             notify_scheduler, running_scheduler_pid)
 from orchestrator.state.db import Store
 from orchestrator.states import JobStatus
 
@@ -86,7 +85,7 @@ class RecordingFire:
                     c.execute("UPDATE jobs SET created_at=? WHERE id=?", (self.clock.now(), job_id))
         finally:
             s.close()
-        return SimpleNamespace(job_id=job_id, status=self.status)
+        return FireResult(job_id, self.status)
 
 
 def simulate(sched: Scheduler, clock: FakeClock, until: float) -> None:
@@ -317,7 +316,7 @@ def test_real_clock_fires_seconds_schedule_promptly_and_sees_new_schedules(store
 
     def fire(spec, *, schedule_id):
         fire_times.append(time.time())
-        return SimpleNamespace(job_id=None, status="SUCCEEDED")
+        return FireResult(None, "SUCCEEDED")
 
     sched = Scheduler(store, fire=fire, recheck_s=0.5)
     loop = threading.Thread(target=sched.run_forever)
