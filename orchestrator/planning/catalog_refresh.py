@@ -83,6 +83,22 @@ def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None, 
 KINDS = {"aws": ("specs", "offerings", "ondemand", "spot"), "gcp": ("specs", "offerings", "ondemand")}
 
 
+def stale_refreshed(clouds) -> tuple[tuple[str, ...], list[str]]:
+    """Of these clouds, those refreshed before (a cached price list) with a source past its lifetime, and the
+    AWS regions refreshed before (a plan's refresh reads those again, no others)."""
+    stale, regions = [], set()
+    for cloud in clouds:
+        if cloud not in KINDS or not cache.path(cloud, "ondemand").exists():
+            continue
+        for kind in KINDS[cloud]:
+            units = cache.load(cloud, kind)
+            if cloud == "aws":
+                regions |= set(units)
+            if any(not u.fresh() for u in units.values()):
+                stale.append(cloud)
+    return tuple(dict.fromkeys(stale)), sorted(regions)
+
+
 @dataclass
 class SourceResult:
     cloud: str
@@ -218,9 +234,9 @@ def regions_for_aws(aws, regions: list[str] | None) -> list[str]:
         import re
 
         return [r for r in regions if re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", r)]
-    import os
+    from orchestrator.settings import env_str
 
-    return aws_prices_enabled(aws, os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+    return aws_prices_enabled(aws, env_str("AWS_DEFAULT_REGION"))
 
 
 def aws_prices_enabled(aws, home: str) -> list[str]:
