@@ -262,5 +262,3 @@ def catalog_quotas_command(cloud, regions, show_all, as_json):
         click.echo(f"read {age_words(min(ages))} to {age_words(max(ages))} ago (cached for an hour; "
                    "a launch reads them again)")
 
-
-COMMANDS = (plan_command, catalog_group)
