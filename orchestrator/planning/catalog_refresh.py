@@ -145,7 +145,7 @@ def _record(report: RefreshReport, lock, cloud: str, kind: str, fresh: dict[str,
                                                    len(m.rows), m.age_s(), unit.error))
 
 
-def refresh_catalog(clouds=("aws", "gcp"), regions: list[str] | None = None, *, max_age: dict | None = None,
+def refresh_catalog(clouds=tuple(KINDS), regions: list[str] | None = None, *, max_age: dict | None = None,
                     aws=None, gcp=None, progress=None) -> RefreshReport:
     """Fetch what is older than its lifetime (max_age: kind -> seconds; {} forces everything) from the
     clouds' APIs, every source in parallel; then rebuild $DLRUN_HOME/catalog/offers.csv and the zone tables.
