@@ -21,6 +21,8 @@ from infra.refresh.quotas import GLOBAL, QuotaBook
 from infra.spot_zones import home_zone_prices_path
 
 WORKERS = 16
+# the clouds whose APIs dlrun reads prices and quotas from, with the kinds of price source each has
+KINDS = {"aws": ("specs", "offerings", "ondemand", "spot"), "gcp": ("specs", "offerings", "ondemand")}
 
 
 # ---- quotas -----------------------------------------------------------------------------------------
@@ -32,7 +34,7 @@ def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None, 
     book = QuotaBook()
     jobs: list[tuple[str, list[str]]] = []
     for cloud, wanted in regions.items():
-        if cloud not in ("aws", "gcp") or not wanted:
+        if cloud not in KINDS or not wanted:
             continue
         units = cache.load(cloud, "quotas")
         need = set(wanted) | ({GLOBAL} if cloud == "gcp" else set())
@@ -79,9 +81,6 @@ def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None, 
 
 
 # ---- the whole catalog --------------------------------------------------------------------------------
-
-KINDS = {"aws": ("specs", "offerings", "ondemand", "spot"), "gcp": ("specs", "offerings", "ondemand")}
-
 
 def stale_refreshed(clouds) -> tuple[tuple[str, ...], list[str]]:
     """Of these clouds, those refreshed before (a cached price list) with a source past its lifetime, and the
@@ -268,5 +267,5 @@ def rebuild_offers(report: RefreshReport | None = None, regions: list[str] | Non
         report.offers = len(rows)
         for r in rows:
             report.regions[r["cloud"]] = report.regions.get(r["cloud"], 0)
-        report.regions = {c: len({r["region"] for r in rows if r["cloud"] == c}) for c in ("aws", "gcp")}
+        report.regions = {c: len({r["region"] for r in rows if r["cloud"] == c}) for c in KINDS}
     return len(rows)
