@@ -91,15 +91,16 @@ def run_ray_cli(address: str, wd: Path, renv: dict, entrypoint: str, tag: str) -
 
 def run_dlrun(client, job: Path, env: dict) -> dict:
     from orchestrator.state.db import default_store
+    from orchestrator.states import JobStatus
 
     wall0 = time.time()
     t, proc = timed([*DLRUN, "submit", str(job), "--backend", "local"], env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     job_id = proc.stdout.split()[0]
-    row = default_store().get_job(job_id)
-    submitted = next(e["ts"] for e in default_store().events(job_id) if e["status"] == "SUBMITTED")
-    ray_end = client.get_job_info(row["ray_submission_id"]).end_time / 1000.0
-    return {"total": t, "start_plan": row["created_at"] - wall0, "submit": submitted - row["created_at"],
+    job = default_store().get_job(job_id)
+    submitted = next(e.ts for e in default_store().events(job_id) if e.status == JobStatus.SUBMITTED)
+    ray_end = client.get_job_info(job.ray_submission_id).end_time / 1000.0
+    return {"total": t, "start_plan": job.created_at - wall0, "submit": submitted - job.created_at,
             "ray": ray_end - submitted, "end": wall0 + t - ray_end}
 
 

@@ -53,7 +53,7 @@ def actual(job_file: Path, home: Path, address: str) -> float:
         raise RuntimeError(f"dlrun submit exited {proc.returncode}:\n{proc.stderr[-2000:]}")
     job_id = proc.stdout.split()[0]
     own = re.search(r"elapsed_s=([0-9.]+)", proc.stdout)  # the job's own clock: data load, training, eval
-    return float(default_store().get_job(job_id)["actual_run_seconds"]), float(own[1]) if own else float("nan")
+    return float(default_store().get_job(job_id).actual_run_seconds), float(own[1]) if own else float("nan")
 
 
 def main() -> None:

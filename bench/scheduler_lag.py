@@ -18,7 +18,6 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +40,7 @@ def main() -> int:
     home = tempfile.mkdtemp(prefix="dlrun-bench-sched-")
     os.environ["DLRUN_HOME"] = home
     from orchestrator.state import schedules as ss
-    from orchestrator.schedule.scheduler import Scheduler
+    from orchestrator.schedule.scheduler import FireResult, Scheduler
     from orchestrator.state.db import Store
 
     store = Store(Path(home) / "state.db")
@@ -69,7 +68,7 @@ def main() -> int:
         lag = time.time() - due[schedule_id]
         with lock:
             lags.append(lag)
-        return SimpleNamespace(job_id=None, status="SUCCEEDED")
+        return FireResult(None, "SUCCEEDED")
 
     sched = Scheduler(store, fire=fire, recheck_s=60)
     loop = threading.Thread(target=sched.run_forever, daemon=True)

@@ -58,9 +58,9 @@ def offers_for(gpu: str):
 
 
 def startup_hours(offer) -> float:
-    from orchestrator.planning.estimator import STARTUP_SECONDS
+    from orchestrator.planning.estimator import cluster_start_seconds
 
-    return STARTUP_SECONDS.get(offer.cloud, STARTUP_SECONDS["aws"]) / 3600.0
+    return cluster_start_seconds(offer.cloud) / 3600.0
 
 
 def choose(offers, blocked: set[str], on_demand_only: bool, remaining_h: float):

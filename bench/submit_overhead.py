@@ -108,6 +108,7 @@ def run_raw(client, spec, home: Path, tag: str) -> dict:
 
 def run_dlrun(client, job_file: Path, home: Path, address: str) -> dict:
     from orchestrator.state.db import default_store
+    from orchestrator.states import JobStatus
 
     shutil.rmtree(home / "checkpoints", ignore_errors=True)  # else the resubmission resumes at the end
     env = dict(os.environ, DLRUN_RAY_ADDRESS=address, DLRUN_HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
@@ -121,12 +122,12 @@ def run_dlrun(client, job_file: Path, home: Path, address: str) -> dict:
         raise RuntimeError(f"dlrun submit exited {proc.returncode}:\n{proc.stdout[-1000:]}\n{proc.stderr[-2000:]}")
     job_id = proc.stdout.split()[0]  # "<job id> SUCCEEDED accuracy=..."
     store = default_store()
-    row = store.get_job(job_id)
-    submitted = next(e["ts"] for e in store.events(job_id) if e["kind"] == "status" and e["status"] == "SUBMITTED")
-    info = client.get_job_info(row["ray_submission_id"])
+    job = store.get_job(job_id)
+    submitted = next(e.ts for e in store.events(job_id) if e.kind == "status" and e.status == JobStatus.SUBMITTED)
+    info = client.get_job_info(job.ray_submission_id)
     ray_end = info.end_time / 1000.0
     res = result_line((home / "logs" / f"{job_id}.log").read_text())
-    return {"total": total, "start_plan": row["created_at"] - wall0, "launch_submit": submitted - row["created_at"],
+    return {"total": total, "start_plan": job.created_at - wall0, "launch_submit": submitted - job.created_at,
             "ray": ray_end - submitted, "tail": wall1 - ray_end,
             "ray_run": (info.end_time - info.start_time) / 1000.0,
             "samples_per_s": res["samples_per_s"], "job_elapsed": res["elapsed_s"]}

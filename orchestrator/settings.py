@@ -118,6 +118,7 @@ SETTINGS: tuple[Setting, ...] = (
     _env("GOOGLE_APPLICATION_CREDENTIALS", Path, None, "a GCP credentials file instead of gcloud's ADC file"),
     _env("CLOUDSDK_CONFIG", Path, "~/.config/gcloud", "gcloud's directory (its application default credentials)"),
     _env("TZ", str, None, "the time zone schedules' cron expressions are read in; unset: the system's"),
+    _env("TMPDIR", Path, None, "the system's temp directory: Ray's temp root on Linux when RAY_TMPDIR is unset"),
     # --- $DLRUN_HOME/config.yaml (orchestrator/config.py, infra/ray_cluster/settings.py)
     _key("default_deadline", str, "72h", "applied when a job names no deadline (the plan says so)"),
     _key("optimize", str, "cost", "`cost` or `time`: what best means among the candidates that fit"),

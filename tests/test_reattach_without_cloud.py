@@ -11,7 +11,7 @@ import pytest
 from moto import mock_aws
 
 from infra.base import Cluster, Node
-from orchestrator.cli.status import accrued_cost
+from orchestrator.monitoring.costs import accrued_cost
 from orchestrator.errors import CloudUnreachableError
 from orchestrator.runs.executor import execute
 from orchestrator.state.db import Store

@@ -1,23 +1,24 @@
 """The schedule store, the cron/time-zone arithmetic and the scheduler loop, on an injected clock."""
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 import sqlite3
 import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 import pytest
-from click.testing import CliRunner
 
 from orchestrator.state import schedules as ss
-from orchestrator.cli.schedule import _standalone as cli
+from orchestrator.cli.main import main
 from orchestrator.errors import UsageError
-from orchestrator.schedule.scheduler import (Scheduler, SchedulerLock, SchedulerRunningError, notify_scheduler,
-                                    running_scheduler_pid)
+from orchestrator.schedule.scheduler import (FireResult, Scheduler, SchedulerLock, SchedulerRunningError,
+                                             notify_scheduler, running_scheduler_pid)
 from orchestrator.state.db import Store
 from orchestrator.states import JobStatus
 
@@ -86,7 +87,7 @@ class RecordingFire:
                     c.execute("UPDATE jobs SET created_at=? WHERE id=?", (self.clock.now(), job_id))
         finally:
             s.close()
-        return SimpleNamespace(job_id=job_id, status=self.status)
+        return FireResult(job_id, self.status)
 
 
 def simulate(sched: Scheduler, clock: FakeClock, until: float) -> None:
@@ -317,7 +318,7 @@ def test_real_clock_fires_seconds_schedule_promptly_and_sees_new_schedules(store
 
     def fire(spec, *, schedule_id):
         fire_times.append(time.time())
-        return SimpleNamespace(job_id=None, status="SUCCEEDED")
+        return FireResult(None, "SUCCEEDED")
 
     sched = Scheduler(store, fire=fire, recheck_s=0.5)
     loop = threading.Thread(target=sched.run_forever)
@@ -339,6 +340,23 @@ def test_real_clock_fires_seconds_schedule_promptly_and_sees_new_schedules(store
     assert sched.wakeups < 20
 
 
+class Ran(NamedTuple):
+    exit_code: int
+    output: str  # stdout, then stderr
+
+
+def dlrun(argv: list[str]) -> Ran:
+    """`dlrun ARGV` in this process, as the dlrun command runs it (its errors: one line and an exit code)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as e:
+            code = e.code or 0
+    return Ran(code, out.getvalue() + err.getvalue())
+
+
 # --- the lock ------------------------------------------------------------------------------------------
 
 def test_lock_refuses_a_second_scheduler(dlrun_home):
@@ -347,7 +365,7 @@ def test_lock_refuses_a_second_scheduler(dlrun_home):
         assert running_scheduler_pid(dlrun_home) == __import__("os").getpid()
         with pytest.raises(SchedulerRunningError, match=r"another dlrun scheduler \(pid \d+\) already runs"):
             SchedulerLock(dlrun_home).acquire(wait_s=0.1)
-        result = CliRunner().invoke(cli, ["scheduler"])
+        result = dlrun(["scheduler"])
         assert result.exit_code == 2
         assert "already runs" in result.output
     finally:
@@ -370,30 +388,30 @@ def test_lock_refuses_a_second_scheduler(dlrun_home):
     (["--cron", "0 2 * * *", "--max-cost", "-1"], "--max-cost"),
 ])
 def test_cli_add_refuses_bad_input_with_exit_2(job_file, args, message):
-    result = CliRunner().invoke(cli, ["schedule", "add", str(job_file), *args])
+    result = dlrun(["schedule", "add", str(job_file), *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1
-    assert "no schedules" in CliRunner().invoke(cli, ["schedule", "list"]).output
+    assert "no schedules" in dlrun(["schedule", "list"]).output
 
 
 def test_cli_add_refuses_a_bad_job_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\njob: cnnn\n")
-    result = CliRunner().invoke(cli, ["schedule", "add", str(bad), "--cron", "0 2 * * *"])
+    result = dlrun(["schedule", "add", str(bad), "--cron", "0 2 * * *"])
     assert result.exit_code == 2
     assert "did you mean cnn" in result.output
 
 
 def test_cli_add_list_pause_resume_remove(job_file, store):
-    r = CliRunner().invoke(cli, ["schedule", "add", str(job_file), "--cron", "0 2 * * 0", "--tz",
-                                 "Europe/Madrid", "--max-cost", "5", "--name", "nightly-cnn", "--monthly-cap", "50"])
+    r = dlrun(["schedule", "add", str(job_file), "--cron", "0 2 * * 0", "--tz",
+               "Europe/Madrid", "--max-cost", "5", "--name", "nightly-cnn", "--monthly-cap", "50"])
     assert r.exit_code == 0, r.output
     assert "next run" in r.output and "CE" in r.output
     row = ss.get_schedule(store, "nightly-cnn")
     assert local(row.next_run_at, "Europe/Madrid").strftime("%A %H:%M") == "Sunday 02:00"
     assert row.job_yaml == job_file.read_text() and row.job_hash in r.output
-    dup = CliRunner().invoke(cli, ["schedule", "add", str(job_file), "--cron", "0 2 * * *", "--name", "nightly-cnn"])
+    dup = dlrun(["schedule", "add", str(job_file), "--cron", "0 2 * * *", "--name", "nightly-cnn"])
     assert dup.exit_code == 2 and "already exists" in dup.output
 
     job = store.create_job(name="digits-cnn", spec_hash="h", spec_json="{}", schedule_id=row.id)
@@ -401,14 +419,14 @@ def test_cli_add_list_pause_resume_remove(job_file, store):
     store.set_status(job, JobStatus.SUCCEEDED)
     with store.tx() as c:
         ss.record_run(c, row.id, time.time() - 60, time.time() - 60, "SUCCEEDED", job_id=job)
-    listing = CliRunner().invoke(cli, ["schedule", "list"])
+    listing = dlrun(["schedule", "list"])
     assert listing.exit_code == 0
     assert "nightly-cnn" in listing.output and "$1.25" in listing.output and "$50.00" in listing.output
     assert "SUCCEEDED" in listing.output and job in listing.output
 
-    assert CliRunner().invoke(cli, ["schedule", "pause", "nightly-cnn"]).exit_code == 0
-    assert "paused" in CliRunner().invoke(cli, ["schedule", "list"]).output
-    assert CliRunner().invoke(cli, ["schedule", "resume", "nightly-cnn"]).exit_code == 0
-    assert CliRunner().invoke(cli, ["schedule", "remove", "nightly-cnn"]).exit_code == 0
-    missing = CliRunner().invoke(cli, ["schedule", "remove", "nightly-cnn"])
+    assert dlrun(["schedule", "pause", "nightly-cnn"]).exit_code == 0
+    assert "paused" in dlrun(["schedule", "list"]).output
+    assert dlrun(["schedule", "resume", "nightly-cnn"]).exit_code == 0
+    assert dlrun(["schedule", "remove", "nightly-cnn"]).exit_code == 0
+    missing = dlrun(["schedule", "remove", "nightly-cnn"])
     assert missing.exit_code == 2 and "no schedule named 'nightly-cnn'" in missing.output

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.ray
 
 
 def cli(*args, env):
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli.schedule", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], capture_output=True,
                           text=True, cwd=ROOT, env=env, timeout=120)
 
 
@@ -41,7 +41,7 @@ def test_scheduler_runs_digits_job_twice_on_local_ray(ray_head, dlrun_home, shar
             "--max-cost", "1", env=env)
     assert r.returncode == 0, r.stderr
 
-    sched = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.schedule", "scheduler", "--recheck", "5"],
+    sched = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "scheduler", "--recheck", "5"],
                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     db = dlrun_home / "state.db"
     try:

@@ -12,6 +12,7 @@ def cluster_lines(settings) -> list[str]:
     """One cluster, as lines: where, the rates, and its nodes' resources now (or why they are unknown)."""
     from infra.base import ProviderError
     from infra.ray_cluster.resources import read_nodes
+    from orchestrator.monitoring.cluster_capacity import capacity
 
     cap = f", max {settings.max_gpus} GPUs for dlrun" if settings.max_gpus is not None else ""
     head = (f"{settings.backend}  {settings.address}  ${settings.price_per_gpu_hour:g}/GPU-h, "
@@ -20,19 +21,12 @@ def cluster_lines(settings) -> list[str]:
         nodes = read_nodes(settings.address, settings.headers(), backend=settings.backend)
     except ProviderError as e:
         return [head, f"  not available: {e.message}"]
-    lines = [head, f"  {len(nodes)} node{'s' if len(nodes) != 1 else ''} alive"]
-    by_type: dict[str, list] = {}
-    for n in nodes:
-        if n.gpus:
-            by_type.setdefault(n.gpu_type or "GPU (no accelerator_type)", []).append(n)
-    for gpu, of_type in sorted(by_type.items()):
-        free = None if any(n.free_gpus is None for n in of_type) else sum(n.free_gpus for n in of_type)
-        lines.append(f"  {gpu}: {_amount(free, sum(n.gpus for n in of_type))} GPUs on {len(of_type)} node(s), "
-                     f"at most {max(n.gpus for n in of_type):g} on one")
-    cpus = sum(n.cpus for n in nodes)
-    used = None if any(n.used_cpus is None for n in nodes) else sum(n.used_cpus for n in nodes)
-    lines.append(f"  CPUs: {_amount(None if used is None else cpus - used, cpus)}, "
-                 f"memory {sum(n.memory_gb for n in nodes):g} GB")
+    have = capacity(nodes)
+    lines = [head, f"  {have.nodes} node{'s' if have.nodes != 1 else ''} alive"]
+    for g in have.gpus:
+        lines.append(f"  {g.gpu}: {_amount(g.free, g.gpus)} GPUs on {g.nodes} node(s), "
+                     f"at most {g.most_on_one:g} on one")
+    lines.append(f"  CPUs: {_amount(have.free_cpus, have.cpus)}, memory {have.memory_gb:g} GB")
     return lines
 
 

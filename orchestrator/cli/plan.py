@@ -9,6 +9,9 @@ from infra import BACKEND_NAMES
 from orchestrator.cli.render.summary import plural
 from orchestrator.errors import NothingFitsError, UsageError
 
+# the clouds whose prices and quotas dlrun reads from their APIs (planning/catalog_refresh.py KINDS; the
+# import is left to the commands, so that `dlrun plan --help` stays light)
+CATALOG_CLOUDS = ("aws", "gcp")
 
 
 def run_plan(spec, backend: str | None = None, *, blocked: frozenset[str] = frozenset(), store=None,
@@ -108,7 +111,7 @@ def plan_command(job_file, max_cost, deadline, backend, as_json, plot_path, show
 
 @click.group("catalog", invoke_without_command=True)
 @click.option("--gpu", default=None, help="only offers with this GPU (e.g. T4)")
-@click.option("--cloud", type=click.Choice(["aws", "gcp"]), default=None)
+@click.option("--cloud", type=click.Choice(CATALOG_CLOUDS), default=None)
 @click.option("--region", default=None)
 @click.pass_context
 def catalog_group(ctx, gpu, cloud, region):
@@ -182,7 +185,7 @@ def _filters(gpu, cloud, region) -> str:
 
 
 @catalog_group.command("refresh")
-@click.option("--cloud", "clouds", type=click.Choice(["aws", "gcp"]), multiple=True, help="default: both")
+@click.option("--cloud", "clouds", type=click.Choice(CATALOG_CLOUDS), multiple=True, help="default: both")
 @click.option("--region", "regions", multiple=True, help="AWS region(s); default: every region the account has enabled")
 @click.option("--stale-only", is_flag=True, help="fetch only what is older than its lifetime (what a plan does)")
 def catalog_refresh_command(clouds, regions, stale_only):
@@ -191,7 +194,8 @@ def catalog_refresh_command(clouds, regions, stale_only):
     from orchestrator.planning.catalog_refresh import refresh_catalog
     from infra.catalog import refreshed_offers_path
 
-    report = refresh_catalog(tuple(clouds) or ("aws", "gcp"), list(regions) or None,
+    clouds = tuple(clouds) or CATALOG_CLOUDS
+    report = refresh_catalog(clouds, list(regions) or None,
                              max_age=None if stale_only else {}, progress=lambda line: click.echo(line, err=True))
     for cloud, why in report.skipped.items():
         click.echo(f"{cloud}: not refreshed: {why}", err=True)
@@ -201,14 +205,14 @@ def catalog_refresh_command(clouds, regions, stale_only):
     regions_text = ", ".join(f"{c} {n} regions" for c, n in report.regions.items() if n)
     click.echo(f"{plural(len(fetched), 'source')} fetched, {len(report.failed)} failed in {report.seconds:.1f} s: "
                f"{plural(report.offers, 'offer')} ({regions_text or 'none'}) in {refreshed_offers_path()}")
-    if len(report.skipped) == len(tuple(clouds) or ("aws", "gcp")):
+    if len(report.skipped) == len(clouds):
         from orchestrator.errors import CloudCredentialsError
 
         raise CloudCredentialsError("nothing refreshed: " + "; ".join(f"{c}: {w}" for c, w in report.skipped.items()))
 
 
 @catalog_group.command("quotas")
-@click.option("--cloud", type=click.Choice(["aws", "gcp"]), default=None)
+@click.option("--cloud", type=click.Choice(CATALOG_CLOUDS), default=None)
 @click.option("--region", "regions", multiple=True, help="region(s); default: every region of the catalog's offers")
 @click.option("--all", "show_all", is_flag=True, help="also quotas with room to spare (default: GPU quotas and full ones)")
 @click.option("--json", "as_json", is_flag=True)
@@ -218,7 +222,7 @@ def catalog_quotas_command(cloud, regions, show_all, as_json):
     from infra.refresh.cache import age_words, stamp
     from orchestrator.planning.catalog_refresh import quota_book
 
-    clouds = [cloud] if cloud else ["aws", "gcp"]
+    clouds = [cloud] if cloud else list(CATALOG_CLOUDS)
     wanted: dict[str, set[str]] = {c: set() for c in clouds}
     offers = load_offers()
     if regions:
@@ -262,5 +266,3 @@ def catalog_quotas_command(cloud, regions, show_all, as_json):
         click.echo(f"read {age_words(min(ages))} to {age_words(max(ages))} ago (cached for an hour; "
                    "a launch reads them again)")
 
-
-COMMANDS = (plan_command, catalog_group)

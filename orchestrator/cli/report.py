@@ -2,45 +2,20 @@
 from __future__ import annotations
 
 import json
-import time
-from collections import defaultdict
 
 import click
-
-
-def cost_rows(store) -> list[dict]:
-    from orchestrator.cli.status import accrued_cost
-
-    rows = []
-    for r in store.list_jobs(limit=100000):
-        rows.append({
-            "job": r["id"], "name": r["name"], "day": time.strftime("%Y-%m-%d", time.localtime(r["created_at"])),
-            "status": r["status"], "backend": r["backend"], "instance": r["instance_type"],
-            "gpu": r["accelerator"], "spot": bool(r["spot"]), "preemptions": r["preemptions"],
-            "est_hours": (r["est_seconds"] or 0) / 3600, "actual_hours": (r["actual_seconds"] or 0) / 3600,
-            "est_cost": r["est_cost"] or 0.0, "actual_cost": round(accrued_cost(store, r), 6),
-            "schedule": r["schedule_id"],
-        })
-    return rows
 
 
 @click.command("cost-report")
 @click.option("--json", "as_json", is_flag=True)
 def cost_report(as_json):
     """Per job and per day: backend, GPU, spot, preemptions, estimated vs actual hours and $."""
+    from orchestrator.monitoring.costs import build_cost_report
     from orchestrator.state.db import default_store
 
-    rows = cost_rows(default_store())
-    days: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "est_cost": 0.0, "actual_cost": 0.0})
-    for r in rows:
-        d = days[r["day"]]
-        d["jobs"] += 1
-        d["est_cost"] += r["est_cost"]
-        d["actual_cost"] += r["actual_cost"]
-    total = {"jobs": len(rows), "est_cost": sum(r["est_cost"] for r in rows),
-             "actual_cost": sum(r["actual_cost"] for r in rows)}
+    report = build_cost_report(default_store())
     if as_json:
-        click.echo(json.dumps({"jobs": rows, "days": days, "total": total}, indent=2))
+        click.echo(json.dumps(report.to_json(), indent=2))
         return
     from rich.table import Table
 
@@ -50,17 +25,18 @@ def cost_report(as_json):
     for c in ("day", "job", "name", "status", "backend", "gpu", "spot", "preempt", "est h", "actual h",
               "est $", "actual $"):
         t.add_column(c)
-    for r in rows:
-        t.add_row(r["day"], r["job"], r["name"], r["status"], r["backend"] or "-", r["gpu"] or "-",
-                  "yes" if r["spot"] else "no", str(r["preemptions"]), f"{r['est_hours']:.4f}",
-                  f"{r['actual_hours']:.4f}", f"{r['est_cost']:.4f}", f"{r['actual_cost']:.4f}")
+    for r in report.jobs:
+        t.add_row(r.day, r.job, r.name, r.status, r.backend or "-", r.gpu or "-", "yes" if r.spot else "no",
+                  str(r.preemptions), f"{r.est_hours:.4f}", f"{r.actual_hours:.4f}", f"{r.est_cost:.4f}",
+                  f"{r.actual_cost:.4f}")
     from orchestrator.cli.render.summary import plural
 
-    for day, d in sorted(days.items()):
-        t.add_row(day, f"[bold]{plural(d['jobs'], 'job')}[/]", "", "", "", "", "", "", "", "",
-                  f"{d['est_cost']:.4f}", f"[bold]{d['actual_cost']:.4f}[/]")
-    t.add_row("total", f"[bold]{plural(total['jobs'], 'job')}[/]", "", "", "", "", "", "", "", "",
-              f"{total['est_cost']:.4f}", f"[bold]{total['actual_cost']:.4f}[/]")
+    for day, d in sorted(report.days.items()):
+        t.add_row(day, f"[bold]{plural(d.jobs, 'job')}[/]", "", "", "", "", "", "", "", "",
+                  f"{d.est_cost:.4f}", f"[bold]{d.actual_cost:.4f}[/]")
+    total = report.total
+    t.add_row("total", f"[bold]{plural(total.jobs, 'job')}[/]", "", "", "", "", "", "", "", "",
+              f"{total.est_cost:.4f}", f"[bold]{total.actual_cost:.4f}[/]")
     console().print(t)
 
 

@@ -1,29 +1,15 @@
-"""Click commands for schedules: `dlrun schedule add|list|runs|remove|pause|resume` and `dlrun scheduler`."""
+"""Click commands for schedules: `dlrun schedule add|list|runs|remove|pause|resume` and `dlrun scheduler`
+(their errors end the command as every dlrun error does: orchestrator/cli/main.py)."""
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import sys
 
 import click
 
-from orchestrator.errors import DlrunError
-
 # orchestrator.state.schedules (the job file's model: pydantic) and the cron module are imported by
 # the commands that use them, so that `dlrun schedule --help` stays light
-
-
-def _errors_to_exit(fn):
-    """A DlrunError ends the command with one line on stderr and its exit code (no traceback)."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except DlrunError as e:
-            click.echo(f"dlrun: error: {e.message}", err=True)
-            sys.exit(e.exit_code)
-    return wrapper
 
 
 def _store():
@@ -58,7 +44,6 @@ def schedule():
 @click.option("--follow-file", is_flag=True, help="re-read JOB_FILE at each run instead of the copy taken now")
 @click.option("--monthly-cap", type=float, default=None,
               help="USD per calendar month for this schedule; a run that could pass it is skipped")
-@_errors_to_exit
 def add(job_file, cron, tz, max_cost, name, follow_file, monthly_cap):
     """Schedule JOB_FILE; a copy of the file is stored now (see --follow-file)."""
     from orchestrator.schedule import cron as st
@@ -76,7 +61,6 @@ def add(job_file, cron, tz, max_cost, name, follow_file, monthly_cap):
 
 @schedule.command("list")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-@_errors_to_exit
 def list_(as_json):
     """Schedules with their next run, last run and result, and what they spent."""
     from orchestrator.state import schedules as ss
@@ -106,7 +90,6 @@ def list_(as_json):
 @schedule.command("runs")
 @click.argument("name")
 @click.option("--limit", type=int, default=20, show_default=True)
-@_errors_to_exit
 def runs(name, limit):
     """The firing history of one schedule: due time, outcome, job."""
     from orchestrator.schedule import cron as st
@@ -123,7 +106,6 @@ def runs(name, limit):
 
 @schedule.command("remove")
 @click.argument("name")
-@_errors_to_exit
 def remove(name):
     """Delete a schedule (its jobs and their history stay)."""
     from orchestrator.state import schedules as ss
@@ -135,7 +117,6 @@ def remove(name):
 
 @schedule.command("pause")
 @click.argument("name")
-@_errors_to_exit
 def pause(name):
     """Stop firing NAME until `dlrun schedule resume NAME`."""
     from orchestrator.state import schedules as ss
@@ -147,7 +128,6 @@ def pause(name):
 
 @schedule.command("resume")
 @click.argument("name")
-@_errors_to_exit
 def resume(name):
     """Fire NAME again from its next occurrence (runs missed while paused are not caught up)."""
     from orchestrator.schedule import cron as st
@@ -164,7 +144,6 @@ def resume(name):
 @click.option("--recheck", type=float, default=60.0, show_default=True,
               help="seconds between re-reads of the schedules when nothing is due")
 @click.option("-q", "--quiet", is_flag=True, help="log only warnings")
-@_errors_to_exit
 def scheduler(recheck, quiet):
     """Fire due schedules until stopped (run it under systemd or another process manager)."""
     from orchestrator.schedule.scheduler import serve
@@ -174,15 +153,3 @@ def scheduler(recheck, quiet):
     if not recheck > 0:
         raise click.BadParameter("must be > 0", param_hint="--recheck")
     serve(recheck_s=recheck)
-
-
-@click.group()
-def _standalone():
-    """schedule + scheduler without the main CLI (python -m orchestrator.cli.schedule)."""
-
-
-_standalone.add_command(schedule)
-_standalone.add_command(scheduler)
-
-if __name__ == "__main__":
-    _standalone()

@@ -7,8 +7,8 @@ import time
 
 import click
 
-from orchestrator.cost import node_seconds_cost
 from orchestrator.errors import UsageError
+from orchestrator.monitoring.costs import accrued_cost
 from orchestrator.state.db import Store, default_store
 from orchestrator.state.records import EventRecord, JobRecord
 from orchestrator.states import JobStatus
@@ -19,17 +19,6 @@ def _job(store: Store, job_id: str) -> JobRecord:
     if job is None:
         raise UsageError(f"no job '{job_id}'; `dlrun status` lists them")
     return job
-
-
-def accrued_cost(store: Store, job: JobRecord, now: float | None = None) -> float:
-    """Spent so far: finished attempts (recorded) + the live cluster's node-seconds × launch price."""
-    now = now or time.time()
-    spent = job.actual_cost
-    if job.live:
-        for c in store.job_clusters(job.id):
-            if not c.terminated:
-                spent += node_seconds_cost(c.price_per_hour * c.num_nodes, c.launched_at, now)
-    return spent
 
 
 TIME_FIELDS = ("created_at", "started_at", "ended_at")
@@ -161,29 +150,16 @@ def print_logs(job_id: str, follow: bool = False, raw: bool = False, poll_s: flo
     """Print the job's log (the copy dlrun keeps as the job runs), rendered; with follow, keep printing
     until the job ends, then say how it ended. Returns the exit code: with follow, the job's."""
     from orchestrator.cli.render.summary import result_line
+    from orchestrator.monitoring.job_log import read_log
     from orchestrator.paths import job_log_path
 
     store = default_store()
     job = _job(store, job_id)
-    saved = job_log_path(job.id)
-    offset, partial = 0, b""
-    while True:
-        ended = not store.get_job(job.id).live  # read before the file: nothing is missed
-        if saved.exists():
-            with open(saved, "rb") as f:  # only what was added since the last read
-                f.seek(offset)
-                data = f.read()
-            offset += len(data)
-            data, partial = partial + data, b""
-            cut = len(data) if ended else data.rfind(b"\n") + 1
-            data, partial = data[:cut], data[cut:]
-            _write_log(data.decode(errors="replace"), raw)
-        if ended or not follow:
-            break
-        time.sleep(poll_s)
+    for text in read_log(store, job.id, follow=follow, poll_s=poll_s):
+        _write_log(text, raw)
     job = store.get_job(job.id)
     if not follow:
-        if job.live and not saved.exists():
+        if job.live and not job_log_path(job.id).exists():
             click.echo(f"(job {job.id} is {job.status}; no output yet)", err=True)
         return 0
     click.echo(result_line(store, job.id), err=True)
@@ -193,8 +169,6 @@ def print_logs(job_id: str, follow: bool = False, raw: bool = False, poll_s: flo
 
 
 def _write_log(text: str, raw: bool) -> None:
-    if not text:
-        return
     if raw:
         sys.stdout.write(text)
     else:

@@ -11,6 +11,8 @@ from orchestrator.errors import UsageError
 
 if TYPE_CHECKING:
     from infra.base import Connection
+    from orchestrator.state.db import Store
+    from orchestrator.state.records import JobRecord
 
 
 @dataclass
@@ -21,7 +23,7 @@ class Dashboard:
     foreign_head: bool = False  # this machine's head is not one dlrun started (dlrun attaches to it)
 
 
-def find_dashboard(store, job_id: str | None) -> Dashboard:
+def find_dashboard(store: Store, job_id: str | None) -> Dashboard:
     """JOB's dashboard (opening a tunnel to a cloud head), or the local head's without a job.
     UsageError: no such job, its cluster is gone, or no dashboard is up."""
     if not job_id:
@@ -31,30 +33,30 @@ def find_dashboard(store, job_id: str | None) -> Dashboard:
         if not url:
             raise _nothing_up()
         return Dashboard(url, url, foreign_head=not ours)
-    row = store.get_job(job_id)
-    if row is None:
+    job = store.get_job(job_id)
+    if job is None:
         raise UsageError(f"no job '{job_id}'; `dlrun status` lists them")
-    url, tunnel = row["ray_address"], None
-    if row["backend"]:
+    url, tunnel = job.ray_address, None
+    if job.backend:
         from infra import capabilities
 
-        if capabilities(row["backend"]).remote:
-            tunnel = _tunnel(store, row)
+        if capabilities(job.backend).remote:
+            tunnel = _tunnel(store, job)
             url = tunnel.address
     if not url:
         raise _nothing_up()
-    page = f"{url}/#/jobs/{row['ray_submission_id']}" if row["ray_submission_id"] else url
+    page = f"{url}/#/jobs/{job.ray_submission_id}" if job.ray_submission_id else url
     return Dashboard(page, url, tunnel)
 
 
-def _tunnel(store, row) -> Connection:
-    cluster = store.get_cluster(row["cluster_id"]) if row["cluster_id"] else None
-    if not cluster or cluster["state"] == "terminated" or not cluster["cluster_json"]:
-        raise UsageError(f"job {row['id']}'s cluster is gone; its record: `dlrun status {row['id']}`")
+def _tunnel(store: Store, job: JobRecord) -> Connection:
+    cluster = store.get_cluster(job.cluster_id) if job.cluster_id else None
+    if not cluster or cluster.terminated or not cluster.cluster_json:
+        raise UsageError(f"job {job.id}'s cluster is gone; its record: `dlrun status {job.id}`")
     from infra import get_provider
     from infra.base import Cluster
 
-    return get_provider(row["backend"]).connect(Cluster.from_dict(json.loads(cluster["cluster_json"])))
+    return get_provider(job.backend).connect(Cluster.from_dict(json.loads(cluster.cluster_json)))
 
 
 def _nothing_up() -> UsageError:

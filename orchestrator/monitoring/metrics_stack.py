@@ -23,8 +23,7 @@ GRAFANA_INSTALL = "https://grafana.com/docs/grafana/latest/setup-grafana/install
 
 def ray_temp_dir() -> Path:
     """Ray's temp root, as Ray computes it (RAY_TMPDIR, else TMPDIR on Linux, else /tmp) + /ray."""
-    base = env_path("RAY_TMPDIR") or (os.environ.get("TMPDIR") if sys.platform.startswith("linux")
-                                      else None) or "/tmp"
+    base = env_path("RAY_TMPDIR") or (env_path("TMPDIR") if sys.platform.startswith("linux") else None) or "/tmp"
     return Path(base) / "ray"
 
 

@@ -21,6 +21,8 @@ from infra.refresh.quotas import GLOBAL, QuotaBook
 from infra.spot_zones import home_zone_prices_path
 
 WORKERS = 16
+# the clouds whose APIs dlrun reads prices and quotas from, with the kinds of price source each has
+KINDS = {"aws": ("specs", "offerings", "ondemand", "spot"), "gcp": ("specs", "offerings", "ondemand")}
 
 
 # ---- quotas -----------------------------------------------------------------------------------------
@@ -32,7 +34,7 @@ def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None, 
     book = QuotaBook()
     jobs: list[tuple[str, list[str]]] = []
     for cloud, wanted in regions.items():
-        if cloud not in ("aws", "gcp") or not wanted:
+        if cloud not in KINDS or not wanted:
             continue
         units = cache.load(cloud, "quotas")
         need = set(wanted) | ({GLOBAL} if cloud == "gcp" else set())
@@ -80,7 +82,20 @@ def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None, 
 
 # ---- the whole catalog --------------------------------------------------------------------------------
 
-KINDS = {"aws": ("specs", "offerings", "ondemand", "spot"), "gcp": ("specs", "offerings", "ondemand")}
+def stale_refreshed(clouds) -> tuple[tuple[str, ...], list[str]]:
+    """Of these clouds, those refreshed before (a cached price list) with a source past its lifetime, and the
+    AWS regions refreshed before (a plan's refresh reads those again, no others)."""
+    stale, regions = [], set()
+    for cloud in clouds:
+        if cloud not in KINDS or not cache.path(cloud, "ondemand").exists():
+            continue
+        for kind in KINDS[cloud]:
+            units = cache.load(cloud, kind)
+            if cloud == "aws":
+                regions |= set(units)
+            if any(not u.fresh() for u in units.values()):
+                stale.append(cloud)
+    return tuple(dict.fromkeys(stale)), sorted(regions)
 
 
 @dataclass
@@ -129,7 +144,7 @@ def _record(report: RefreshReport, lock, cloud: str, kind: str, fresh: dict[str,
                                                    len(m.rows), m.age_s(), unit.error))
 
 
-def refresh_catalog(clouds=("aws", "gcp"), regions: list[str] | None = None, *, max_age: dict | None = None,
+def refresh_catalog(clouds=tuple(KINDS), regions: list[str] | None = None, *, max_age: dict | None = None,
                     aws=None, gcp=None, progress=None) -> RefreshReport:
     """Fetch what is older than its lifetime (max_age: kind -> seconds; {} forces everything) from the
     clouds' APIs, every source in parallel; then rebuild $DLRUN_HOME/catalog/offers.csv and the zone tables.
@@ -218,9 +233,9 @@ def regions_for_aws(aws, regions: list[str] | None) -> list[str]:
         import re
 
         return [r for r in regions if re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", r)]
-    import os
+    from orchestrator.settings import env_str
 
-    return aws_prices_enabled(aws, os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+    return aws_prices_enabled(aws, env_str("AWS_DEFAULT_REGION"))
 
 
 def aws_prices_enabled(aws, home: str) -> list[str]:
@@ -252,5 +267,5 @@ def rebuild_offers(report: RefreshReport | None = None, regions: list[str] | Non
         report.offers = len(rows)
         for r in rows:
             report.regions[r["cloud"]] = report.regions.get(r["cloud"], 0)
-        report.regions = {c: len({r["region"] for r in rows if r["cloud"] == c}) for c in ("aws", "gcp")}
+        report.regions = {c: len({r["region"] for r in rows if r["cloud"] == c}) for c in KINDS}
     return len(rows)

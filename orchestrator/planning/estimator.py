@@ -186,6 +186,11 @@ def correction_for(history, accelerator: str, family: str) -> float:
     return history.get((accelerator, family), 1.0)
 
 
+def cluster_start_seconds(cloud: str, num_nodes: int = 1) -> float:
+    """Seconds from launch until the cluster's Ray takes the job (boot, install, join), on this backend."""
+    return STARTUP_SECONDS.get(kind(cloud), STARTUP_SECONDS["aws"]) + STARTUP_PER_EXTRA_NODE * (num_nodes - 1)
+
+
 def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=None,
              data_bytes: int = 0) -> Estimate:
     step, basis = _offer_step(profile, offer, num_nodes)
@@ -205,7 +210,7 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
         start = 0.0
     raw_run = train + start
     run = train * correction + start * start_correction
-    startup = STARTUP_SECONDS.get(kind(offer.cloud), STARTUP_SECONDS["aws"]) + STARTUP_PER_EXTRA_NODE * (num_nodes - 1)
+    startup = cluster_start_seconds(offer.cloud, num_nodes)
     data = transfer_seconds(offer.cloud, data_bytes)  # every node syncs at once: one node's time
     startup += data
 

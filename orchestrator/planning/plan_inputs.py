@@ -34,7 +34,7 @@ def quota_notes(candidates: list, chosen, quotas, nodes: int,
                      f"{' …' if len(raise_these) > 4 else ''} ({'; '.join(raise_hint(c) for c in clouds)})")
     unknown: dict[str, int] = {}
     for c in candidates:
-        if c.eligible and c.offer.cloud != "local":
+        if c.eligible and has_quotas(c.offer.cloud):
             for why in quotas.unknown(c.offer, c.spot, nodes):
                 unknown[why] = unknown.get(why, 0) + 1
     if unknown:
@@ -51,6 +51,13 @@ def stderr_line(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def has_quotas(cloud: str) -> bool:
+    """Whether the account's quotas bound this backend: a cloud that bills per region (this machine is not
+    billed; a team cluster is billed but has no regions, nor quotas)."""
+    caps = capabilities(cloud)
+    return caps.billed and caps.regional
+
+
 def quotas_for(spec, offers: list, max_age_s: float | None, progress=None):
     """The QuotaBook of the regions the spec may use (orchestrator/planning/catalog_refresh.quota_book)."""
     from orchestrator.planning.catalog_refresh import quota_book
@@ -58,8 +65,7 @@ def quotas_for(spec, offers: list, max_age_s: float | None, progress=None):
     res = spec.resources
     regions: dict[str, set[str]] = {}
     for o in offers:
-        caps = capabilities(o.cloud)  # a team cluster is billed but has no regions, nor quotas
-        if caps.billed and caps.regional and (not res.regions or o.region in res.regions):
+        if has_quotas(o.cloud) and (not res.regions or o.region in res.regions):
             regions.setdefault(o.cloud, set()).add(o.region)
     return quota_book(regions, max_age_s=max_age_s, progress=progress)
 
@@ -72,28 +78,15 @@ def refresh_stale(clouds, progress) -> list[str]:
     week, on-demand prices and offerings a day, spot prices an hour), with a progress line, or say why not.
     A cloud never refreshed keeps the shipped snapshot (`dlrun catalog refresh` reads it the first time).
     Returns notes; the first is "refreshed" when the offers changed."""
-    import os
+    from orchestrator.planning.catalog_refresh import refresh_catalog, stale_refreshed
+    from orchestrator.settings import env_str
 
-    from infra.refresh import cache
-
-    if os.environ.get(REFRESH_ENV, "").lower() in ("off", "0", "no", "false"):
+    if env_str(REFRESH_ENV).lower() in ("off", "0", "no", "false"):
         return []
-    kinds = {"aws": ("specs", "offerings", "ondemand", "spot"), "gcp": ("specs", "offerings", "ondemand")}
-    stale, regions = [], set()
-    for cloud in clouds:
-        if cloud not in kinds or not cache.path(cloud, "ondemand").exists():
-            continue
-        for kind in kinds[cloud]:
-            units = cache.load(cloud, kind)
-            if cloud == "aws":
-                regions |= set(units)  # the regions refreshed before, no others
-            if any(not u.fresh() for u in units.values()):
-                stale.append(cloud)
+    stale, regions = stale_refreshed(clouds)
     if not stale:
         return []
-    from orchestrator.planning.catalog_refresh import refresh_catalog
-
-    report = refresh_catalog(tuple(dict.fromkeys(stale)), sorted(regions) or None, progress=progress)
+    report = refresh_catalog(stale, regions or None, progress=progress)
     notes = ["refreshed"]
     for cloud, why in report.skipped.items():
         notes.append(f"{cloud} prices are past their lifetime and were not refreshed: {why}")

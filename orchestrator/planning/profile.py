@@ -70,15 +70,6 @@ class WorkloadProfile:
         return self.steps_per_epoch * self.epochs
 
     @property
-    def compute_flops(self) -> float:
-        return sum(o.flops for o in self.ops)
-
-    @property
-    def memory_bytes(self) -> float:
-        """Bytes moved by the ops without FLOPs (elementwise, pooling, norms, optimizer)."""
-        return sum(o.bytes for o in self.ops if o.flops == 0)
-
-    @property
     def state_bytes(self) -> float:
         return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
 
@@ -309,12 +300,6 @@ def _static_profile(workload) -> WorkloadProfile:
 
 
 # --- measured on this machine -------------------------------------------------------------------
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
-
 
 def measure_local_step(workload, device: str = "cpu", *, min_steps: int = 8, warmup_steps: int = 3,
                        warmup_seconds: float = 0.3, measure_seconds: float = 0.6, max_steps: int = 60,

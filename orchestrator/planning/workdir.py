@@ -10,22 +10,20 @@ import os
 from pathlib import Path
 
 from orchestrator.errors import SpecError
+from orchestrator.settings import env_int
 
 # Ray 2.60 refuses a working_dir package of GCS_STORAGE_MAX_SIZE bytes or more: RAY_max_grpc_message_size,
 # default GRPC_CPP_MAX_MESSAGE_SIZE = 512 MiB (ray/_private/ray_constants.py,
 # ray/_private/runtime_env/packaging.py: "Package size ... exceeds the maximum size"). Older Rays: 100 MiB.
-RAY_GRPC_SIZE_ENV = "RAY_max_grpc_message_size"
-RAY_DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+RAY_GRPC_SIZE_ENV = "RAY_max_grpc_message_size"  # its default, 512 MiB: its row in orchestrator/settings.py
 EXCLUDES = (".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".hypothesis")
 EXCLUDED_SUFFIXES = (".pyc",)
 _CHUNK = 1 << 20
 
 
 def upload_limit_bytes() -> int:
-    try:
-        return int(os.environ.get(RAY_GRPC_SIZE_ENV) or RAY_DEFAULT_MAX_BYTES)
-    except ValueError:
-        return RAY_DEFAULT_MAX_BYTES
+    """Ray's largest working_dir package; a value that is no whole number is the user's mistake (UsageError)."""
+    return env_int(RAY_GRPC_SIZE_ENV)
 
 
 def _files(root: Path):

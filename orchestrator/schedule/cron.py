@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from orchestrator.errors import UsageError
+from orchestrator.settings import env_str
 
 CRON_FIELDS = "minute hour day-of-month month day-of-week"
 SECONDS_FIRST = "second minute hour day-of-month month day-of-week"
@@ -55,7 +56,7 @@ def zone(tz: str) -> ZoneInfo:
 
 def local_tz_name() -> str:
     """The machine's IANA zone name (TZ, then /etc/localtime), or UTC when it cannot be told."""
-    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    candidates = [env_str("TZ").lstrip(":")]
     try:
         target = os.path.realpath("/etc/localtime")
         if "zoneinfo/" in target:

@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 from orchestrator.state import schedules as ss
 from orchestrator.schedule import cron as st
@@ -124,7 +124,7 @@ class FireResult:
     message: str = ""
 
 
-Fire = Callable[..., Any]  # fire(spec, schedule_id=...) -> object with .job_id and .status
+Fire = Callable[..., FireResult]  # fire(spec, schedule_id=...)
 
 
 def submit_in_child(spec, *, schedule_id: str, run_label: str = "") -> FireResult:
@@ -153,16 +153,11 @@ def _child_main(schedule_id: str, result_path: str) -> int:
     spec = JobSpec.model_validate_json(sys.stdin.read())
     try:
         res = runner.submit(spec, schedule_id=schedule_id, detach=False)
-        data = {"job_id": res.job_id, "status": _status_text(res.status),
-                "message": str(getattr(res, "message", "") or "")}
+        data = {"job_id": res.job_id, "status": str(res.status)}  # why a job failed: in its record
     except DlrunError as e:
         data = {"job_id": None, "status": "error", "message": f"{type(e).__name__}: {e.message}"}
     Path(result_path).write_text(json.dumps(data))
     return 0
-
-
-def _status_text(status: Any) -> str:
-    return str(getattr(status, "value", status))
 
 
 # --- the loop ------------------------------------------------------------------------------------
@@ -281,8 +276,7 @@ class Scheduler:
         def work():
             try:
                 res = self.fire(spec, schedule_id=sid)
-                status = _status_text(getattr(res, "status", "error"))
-                self._done.put((run_id, status, str(getattr(res, "message", "") or ""), getattr(res, "job_id", None)))
+                self._done.put((run_id, str(res.status), res.message, res.job_id))
             except BaseException as e:  # noqa: BLE001 - recorded, and the loop goes on
                 msg = e.message if isinstance(e, DlrunError) else str(e)
                 self._done.put((run_id, "error", f"{type(e).__name__}: {msg}", None))

@@ -25,7 +25,7 @@ NOT_SETTINGS = {
     "DLRUN_GCE_SELF_DELETE": "a heredoc delimiter in the GCE self-delete script",
 }
 # variables read by name that are the process's, not settings: passed on to children or part of a cache key
-PROCESS_WIDE = {"PATH", "PYTHONPATH", "TMPDIR", "OMP_NUM_THREADS"}
+PROCESS_WIDE = {"PATH", "PYTHONPATH", "OMP_NUM_THREADS"}
 # os.environ.get("X"), os.environ["X"], os.getenv("X"), and FOO_ENV = "X" constants
 READ_BY_NAME = re.compile(r"""(?:environ(?:\.get)?\s*[\[(]\s*|getenv\(\s*|_ENV\s*=\s*)"""
                           r"""["']([A-Za-z][A-Za-z0-9_]*)["']""")
@@ -110,13 +110,11 @@ def test_defaults_are_the_ones_the_code_applies():
     from infra.local.head import DEFAULT_DASHBOARD_PORT
     from infra.vm.bootstrap import NODE_DIR
     from jobs.notice import METADATA_URL
-    from orchestrator.planning.workdir import RAY_DEFAULT_MAX_BYTES
     from orchestrator.runs.attempt import CLOUD_RETRY_DEFAULT_S
 
     assert int(BY_NAME["DLRUN_DASHBOARD_PORT"].default) == DEFAULT_DASHBOARD_PORT
     assert BY_NAME["DLRUN_NODE_DIR"].default == NODE_DIR
     assert BY_NAME["DLRUN_METADATA_URL"].default == METADATA_URL
-    assert int(BY_NAME["RAY_max_grpc_message_size"].default) == RAY_DEFAULT_MAX_BYTES
     assert float(BY_NAME["DLRUN_CLOUD_RETRY_S"].default) == CLOUD_RETRY_DEFAULT_S
 
 

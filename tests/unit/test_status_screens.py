@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.cli import status as st
 from orchestrator.cli.render.summary import result_line
+from orchestrator.monitoring.costs import accrued_cost
 from orchestrator.state.db import default_store
 from orchestrator.states import JobStatus
 
@@ -61,7 +62,7 @@ def test_status_of_one_job_in_words(capsys):
 def test_a_live_jobs_cost_counts_its_cluster_up_to_now():
     store = default_store()
     job = store.get_job(_aws_job(store, finished=False))
-    cost = st.accrued_cost(store, job, now=store.get_cluster("c-aws").launched_at + 1800)
+    cost = accrued_cost(store, job, now=store.get_cluster("c-aws").launched_at + 1800)
     assert cost == pytest.approx(0.05 + 0.18 * 2 / 2)  # recorded + half an hour of two nodes
 
 
