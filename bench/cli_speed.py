@@ -173,6 +173,7 @@ def follow(jobs, sid: str, reread: bool) -> dict:
     from orchestrator.cli.render.display import JobView, PlainDisplay
     from orchestrator.cost import CostMeter
     from orchestrator.runs.watch import Watcher
+    from orchestrator.states import Ending
 
     with open(os.devnull, "w") as null:
         w = Watcher(jobs=jobs, submission_id=sid, view=JobView(), display=PlainDisplay(null),
@@ -180,7 +181,7 @@ def follow(jobs, sid: str, reread: bool) -> dict:
         if reread:
             w._tail = RereadTail(jobs, sid)
         out = w.run()
-    assert out.kind == "SUCCEEDED", out
+    assert out.kind is Ending.SUCCEEDED, out
     return {"read": w._tail.read_chars if reread else w._tail._received, "whole_reads": w._tail.whole_reads}
 
 

@@ -111,8 +111,7 @@ def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize):
     spec = with_objective(load_job(job_file, max_cost=max_cost, deadline=deadline), optimize)
     try:
         warm_profile(spec)
-        plan = runner.make_plan(runner.restrict(spec, backend), store=runner.default_store())  # + history
-        runner._require_choice(plan, spec)
+        plan = runner.plan_for_submit(spec, backend, store=runner.default_store())  # + history
         click.echo(choice_line(plan), err=True)
     except NothingFitsError as e:
         _print_plan(e.plan)

@@ -163,9 +163,9 @@ def print_logs(job_id: str, follow: bool = False, raw: bool = False, poll_s: flo
             click.echo(f"(job {job.id} is {job.status}; no output yet)", err=True)
         return 0
     click.echo(result_line(store, job.id), err=True)
-    from orchestrator.runs.executor import EXIT_BY_STATUS
+    from orchestrator.states import exit_code_for
 
-    return EXIT_BY_STATUS.get(job.status, 1)
+    return exit_code_for(job.status)
 
 
 def _write_log(text: str, raw: bool) -> None:

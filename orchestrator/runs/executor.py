@@ -29,13 +29,10 @@ from orchestrator.runs.run_identity import record_run, recorded_run_key, start_f
 from orchestrator.runs.run_loop import RunLoop, SubmitResult
 from orchestrator.runs.sigterm import Terminated
 from orchestrator.state.db import Store, default_store
-from orchestrator.states import EXIT_BY_STATUS, JobStatus  # noqa: F401  (EXIT_BY_STATUS: cli/status.py)
+from orchestrator.states import JobStatus
 
 if TYPE_CHECKING:
     from orchestrator.runs.ray_jobs import JobsClient
-
-_require_choice = require_choice  # deprecated: cli/main.py's, until it calls plan_for_submit
-
 
 def submit(spec: JobSpec, *, backend: str | None = None, detach: bool = False, schedule_id: str | None = None,
            store: Store | None = None, display: Display | None = None, plan: Plan | None = None,
