@@ -43,7 +43,7 @@ def warm_profile(spec, stream=None) -> None:
     measure it in silence."""
     from orchestrator.cli.render.display import profiling_notice
 
-    if getattr(spec, "workload", None) is None:
+    if spec.workload is None:
         if spec.reference is None:
             from orchestrator.planning.job_probe import PROBE_SECONDS, cached_probe, probe_job
 

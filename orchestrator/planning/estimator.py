@@ -175,7 +175,7 @@ def job_start_seconds(offer: Offer) -> float:
 def startup_correction_for(history, accelerator: str, family: str) -> float:
     """The start-up term's correction (one per accelerator: the start is the machine's, whatever the
     model); where finished runs say nothing about it, the step's."""
-    known = getattr(history, "startup", {})
+    known = history.startup if isinstance(history, History) else {}
     key = _accelerator_key(accelerator)
     return known[key] if key in known else correction_for(history, accelerator, family)
 

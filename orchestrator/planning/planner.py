@@ -219,7 +219,7 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
         if not any(canonical_gpu(w.name) == name and w.count == offer.accelerator_count for w in wishes):
             want = ", ".join(f"{w.name}:{w.count}" for w in wishes)
             return f"not {want}"
-    if offer.accelerator and offer.cloud != "local" and canonical_gpu(offer.accelerator) is None:
+    if offer.accelerator and capabilities(offer.cloud).remote and canonical_gpu(offer.accelerator) is None:
         return (f"GPU {offer.accelerator} has no datasheet figures in configs/catalog/gpus.csv (new to dlrun): "
                 "it cannot be estimated yet")
     min_mem = res.min_gpu_memory_gb

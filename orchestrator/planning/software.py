@@ -56,7 +56,7 @@ def software_for(spec, offer: Offer) -> sw.SoftwarePlan:
     """Raises sw.Unsupported when the offer cannot run the job's torch."""
     version, requirement = job_torch(list(spec.requirements))
     plan = sw.software_plan(offer.cloud, offer.accelerator, version, requirement)
-    image = getattr(spec.resources, "image", None)
+    image = spec.resources.image
     if image:  # the user's image overrides the table's; the wheels still follow the GPU
         from dataclasses import replace
 

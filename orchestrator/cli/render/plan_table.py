@@ -81,7 +81,7 @@ def shown(plan, show_all: bool) -> list:
 def _cells(c) -> dict[str, str]:
     o, e = c.offer, c.estimate
     return {"": "★" if c.chosen else "", "where": where(o), "instance": o.instance_type if capabilities(o.cloud).remote else "",
-            "GPU": gpu_config(o), "market": "spot" if c.spot else (getattr(c, "wait", None) or ""), "time": human_duration(e.total_seconds),
+            "GPU": gpu_config(o), "market": "spot" if c.spot else (c.wait or ""), "time": human_duration(e.total_seconds),
             "cost": money(e.cost), "$/h": money(e.price_per_hour) if e.price_per_hour else "",
             "why not": c.reason or ""}
 

@@ -65,7 +65,7 @@ def plan_figure(plan):
     if plan.max_cost is not None:
         ax.axhline(plan.max_cost, ls="--", color="red", lw=1, label=f"budget ${plan.max_cost:g}")
     if plan.deadline_seconds is not None:
-        default = " (default)" if getattr(plan, "default_deadline", None) else ""
+        default = " (default)" if plan.default_deadline else ""
         ax.axvline(plan.deadline_seconds / 3600, ls=":", color="purple", lw=1,
                    label=f"deadline {plan.deadline_seconds / 3600:g} h{default}")
     if plan.chosen:
