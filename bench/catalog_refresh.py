@@ -28,8 +28,8 @@ def main() -> None:
     import pytest
     from moto import mock_aws
 
-    from tests.fakes.aws_api_server import AwsApis
-    from tests.fakes.catalog_world import (aws_price_items, aws_types, gcp_world, seed_spot_history,
+    from tests.support.aws_api_server import AwsApis
+    from tests.support.catalog_world import (aws_price_items, aws_types, gcp_world, seed_spot_history,
                                            spot_history)
 
     t0 = time.time()

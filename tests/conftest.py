@@ -59,7 +59,7 @@ def dlrun_home(tmp_path, monkeypatch):
 def vm_lab_cache():
     """The emulated-VM lab's Debian image and wheel cache (tests/fakes/vm/fixtures.py lab_cache): made once
     per session at most, before the first lab opens; skips where the lab cannot run."""
-    from tests.fakes.vm.fixtures import lab_cache
+    from tests.support.vm.fixtures import lab_cache
 
     return lab_cache()
 
@@ -164,7 +164,7 @@ def prometheus(ray_head, tmp_path_factory):
 def monitored_job(ray_head, prometheus, tmp_path_factory, machine_profiles):
     """One short digits-cnn job `dlrun submit`ted to the session head while its metrics endpoint is
     scraped: read by the monitoring tests and the dashboard browser test alike (one job, not one each)."""
-    from tests.test_monitoring_e2e import submit_digits_cnn
+    from tests.e2e.test_monitoring_e2e import submit_digits_cnn
 
     return submit_digits_cnn(ray_head, tmp_path_factory.mktemp("monitoring"), flush_s=3, watch_metrics=True,
                              profiles=machine_profiles)

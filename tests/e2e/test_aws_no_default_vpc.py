@@ -17,12 +17,12 @@ import boto3
 import pytest
 
 from tests.e2e.test_cloud_vm_e2e import aws_lab_env, dlrun
-from tests.fakes.aws_images import seed_image_parameters
-from tests.fakes.aws_vpc import no_default_vpc
-from tests.fakes.vm.clouds import wait_until
-from tests.fakes.vm.fixtures import vm_support_problem
-from tests.fakes.vm.lab import VmLab
-from tests.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
+from tests.support.aws_images import seed_image_parameters
+from tests.support.aws_vpc import no_default_vpc
+from tests.support.vm.clouds import wait_until
+from tests.support.vm.fixtures import vm_support_problem
+from tests.support.vm.lab import VmLab
+from tests.integration.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
 
 REGION = "us-east-1"
 LIVE = ["pending", "running", "stopping", "stopped", "shutting-down"]

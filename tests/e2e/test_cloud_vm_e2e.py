@@ -21,14 +21,14 @@ from pathlib import Path
 import boto3
 import pytest
 
-from tests.fakes.aws_images import seed_image_parameters
-from tests.fakes.gce_server import FakeGce
-from tests.fakes.gcs_server import FakeGcs
-from tests.fakes.vm.clouds import wait_until
-from tests.fakes.vm.fixtures import vm_support_problem, write_mirrors
-from tests.fakes.vm.lab import VmLab
-from tests.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
-from tests.test_local_e2e import unauthenticated_client
+from tests.support.aws_images import seed_image_parameters
+from tests.support.gce_server import FakeGce
+from tests.support.gcs_server import FakeGcs
+from tests.support.vm.clouds import wait_until
+from tests.support.vm.fixtures import vm_support_problem, write_mirrors
+from tests.support.vm.lab import VmLab
+from tests.integration.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
+from tests.e2e.test_local_e2e import unauthenticated_client
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"

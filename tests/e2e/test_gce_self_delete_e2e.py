@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_cloud_vm_e2e import dlrun, job_file, status, tunnel_pids, wait_for
-from tests.fakes.gce_server import FakeGce
-from tests.fakes.gcs_server import FakeGcs
-from tests.fakes.vm.fixtures import vm_support_problem, write_mirrors
-from tests.fakes.vm.lab import VmLab
+from tests.support.gce_server import FakeGce
+from tests.support.gcs_server import FakeGcs
+from tests.support.vm.fixtures import vm_support_problem, write_mirrors
+from tests.support.vm.lab import VmLab
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
 

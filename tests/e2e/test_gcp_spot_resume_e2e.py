@@ -14,8 +14,8 @@ import pytest
 
 from tests.e2e.test_cloud_vm_e2e import CHECKPOINT_NAME, dlrun, job_file, status, wait_for
 from tests.e2e.test_gce_self_delete_e2e import gcp  # noqa: F401  (fixture)
-from tests.fakes.vm.clouds import wait_until
-from tests.fakes.vm.fixtures import vm_support_problem
+from tests.support.vm.clouds import wait_until
+from tests.support.vm.fixtures import vm_support_problem
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
 EPOCHS, BATCH = 30, 8

@@ -2,7 +2,7 @@
 not a failure (no restart-on-error is spent); a failure without a notice stays a failure."""
 from __future__ import annotations
 
-from tests.unit.fakes_runs import metric
+from tests.support.fakes_runs import metric
 from tests.unit.test_watch import Harness
 
 
@@ -41,7 +41,7 @@ def test_the_resumed_step_is_shown():
 def test_a_spot_run_stopped_by_the_notice_resumes_from_the_same_bucket_in_another_pool(store, clock, monkeypatch):
     from infra.aws.storage import run_bucket_url
     from orchestrator.runs.entrypoint import run_key
-    from tests.unit.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay, result
+    from tests.support.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay, result
     from tests.unit.test_run_loop import SPOT_JOB, assert_nothing_left, events, new_job, run
 
     monkeypatch.setenv("DLRUN_OWNER", "alice")

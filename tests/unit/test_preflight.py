@@ -6,7 +6,7 @@ import pytest
 
 from infra.base import CredentialsError, ProvisionError
 from orchestrator.errors import CloudCredentialsError, ProvisioningFailedError
-from tests.unit.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay
+from tests.support.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay
 from tests.unit.test_run_loop import AWS_JOB, SUCCESS, assert_nothing_left, events, new_job, run
 
 

@@ -12,7 +12,7 @@ from orchestrator.errors import JobFailedError
 from orchestrator.paths import job_log_path
 from orchestrator.planning.spec import parse_job
 from orchestrator.runs.executor import BudgetExhaustedError, execute, make_plan
-from tests.unit.fakes_runs import (FakeBackend, JobsFactory, RecordingDisplay, Up, metric,
+from tests.support.fakes_runs import (FakeBackend, JobsFactory, RecordingDisplay, Up, metric,
                                    providers, result)
 from tests.unit.test_run_loop import (AWS_JOB, HEAD_SILENT, SPOT_JOB, SUCCESS, assert_nothing_left, events, new_job, price, run, statuses)  # noqa: F401
 

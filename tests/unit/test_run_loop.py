@@ -18,7 +18,7 @@ from orchestrator.errors import (EXIT_CREDENTIALS, EXIT_PROVISIONING, CloudCrede
 from orchestrator.paths import job_log_path
 from orchestrator.planning.spec import parse_job
 from orchestrator.runs.executor import execute, make_plan, record_job
-from tests.unit.fakes_runs import (FakeBackend, JobsFactory, Leak, RecordingDisplay, metric,
+from tests.support.fakes_runs import (FakeBackend, JobsFactory, Leak, RecordingDisplay, metric,
                                    providers, result)
 
 AWS_JOB = """

@@ -13,7 +13,7 @@ from infra.base import NodeState
 from orchestrator.cli.render.display import JobView
 from orchestrator.cost import CostMeter
 from orchestrator.runs.watch import Watcher
-from tests.unit.fakes_runs import FakeBackend, FakeClock, FakeJobs, RawLogJobs, RecordingDisplay, Up, metric, result
+from tests.support.fakes_runs import FakeBackend, FakeClock, FakeJobs, RawLogJobs, RecordingDisplay, Up, metric, result
 
 T0 = 1000.0
 PRICE = 3.6  # $/h for all nodes: $0.001 a second
