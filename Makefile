@@ -1,4 +1,4 @@
-.PHONY: setup demo test bench
+.PHONY: setup demo test test-unit test-integration test-e2e bench
 VENV := .venv
 export RAY_USAGE_STATS_ENABLED := 0
 
@@ -15,9 +15,22 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/dlrun submit configs/examples/digits_cnn.yaml --max-cost 5
 
-# pytest exits 5 when no tests were collected: make fails on it, as on any failure
+# pytest exits 5 when no tests were collected: make fails on it, as on any failure.
+# `make test` runs every tier (README's and CI's command); each tier alone (CONTRIBUTING.md, "Tests"):
+# unit (in-process, under a minute), integration (stand-ins, bash, CLI processes), e2e (Ray heads, VM lab).
+PYTEST := $(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
 test: setup
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	$(PYTEST) tests
+
+test-unit: setup
+	$(PYTEST) tests/unit
+
+test-integration: setup
+	$(PYTEST) tests/integration
+
+test-e2e: setup
+	$(PYTEST) tests/e2e
 
 bench: setup
 	$(VENV)/bin/python bench/submit_overhead.py

@@ -19,6 +19,7 @@ from infra.base import ProvisionError
 from infra.local.head import check_explicit_head, why_unusable
 from infra.reach import free_port, wait_dashboard
 from orchestrator.runs.ray_jobs import RayJobs
+from tests.support.job_files import local_script_job
 from tests.support.ray_team_cluster import start_team_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,13 +48,7 @@ def user_env(home: Path, dashboard_port: str) -> dict:
 
 
 def job_file(tmp_path: Path, name: str) -> Path:
-    wd = tmp_path / f"wd-{name}"
-    wd.mkdir()
-    (wd / "main.py").write_text(f"import time\ntime.sleep(3)\nprint('hello from {name}')\n")
-    job = tmp_path / f"{name}.yaml"
-    job.write_text(f"name: {name}\nrun: python -u main.py\nworkdir: {wd}\n"
-                   "reference: {accelerator: cpu, hours: 0.01}\nresources:\n  clouds: [local]\n")
-    return job
+    return local_script_job(tmp_path, f"import time\ntime.sleep(3)\nprint('hello from {name}')\n", name)
 
 
 def dlrun(*args, env) -> subprocess.Popen:

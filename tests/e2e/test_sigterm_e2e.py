@@ -16,6 +16,7 @@ import pytest
 from orchestrator.runs.ray_jobs import RayJobs
 from orchestrator.runs.reconcile import process_alive
 from orchestrator.state.db import Store
+from tests.support.job_files import head_env, local_script_job
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ray
@@ -25,18 +26,7 @@ TICKING = "import time\nfor i in range(900):\n    print('tick', i, flush=True)\n
 
 @pytest.fixture
 def env(ray_head, dlrun_home):
-    return dict(os.environ, DLRUN_RAY_ADDRESS=ray_head.dashboard_url, DLRUN_HOME=str(dlrun_home),
-                RAY_USAGE_STATS_ENABLED="0")
-
-
-def job_file(tmp_path: Path) -> Path:
-    wd = tmp_path / "wd"
-    wd.mkdir()
-    (wd / "main.py").write_text(TICKING)
-    job = tmp_path / "job.yaml"
-    job.write_text(f"name: sigterm\nrun: python -u main.py\nworkdir: {wd}\n"
-                   "reference: {accelerator: cpu, hours: 0.01}\nresources:\n  clouds: [local]\n")
-    return job
+    return head_env(ray_head, dlrun_home)
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -55,7 +45,7 @@ def stopped(head, submission_id: str) -> None:
 
 
 def test_sigterm_on_a_foreground_submit_cancels_tears_down_and_exits_143(env, ray_head, dlrun_home, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "submit", str(job_file(tmp_path)),
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "submit", str(local_script_job(tmp_path, TICKING, "sigterm")),
                              "--backend", "local"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=ROOT, env=env)
     seen = []
@@ -85,7 +75,7 @@ def test_sigterm_on_a_foreground_submit_cancels_tears_down_and_exits_143(env, ra
 
 
 def test_sigterm_on_a_detached_supervisor_cancels_and_tears_down(env, ray_head, dlrun_home, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "submit", str(job_file(tmp_path)),
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "submit", str(local_script_job(tmp_path, TICKING, "sigterm")),
                         "--backend", "local", "--detach"], capture_output=True, text=True, cwd=ROOT, env=env,
                        timeout=300)
     assert r.returncode == 0, r.stderr

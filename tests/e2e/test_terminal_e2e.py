@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.job_files import head_env, local_script_job
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ray
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
@@ -70,18 +72,11 @@ class Terminal:
 
 @pytest.fixture
 def env(ray_head, dlrun_home):
-    return dict(os.environ, DLRUN_RAY_ADDRESS=ray_head.dashboard_url, DLRUN_HOME=str(dlrun_home),
-                RAY_USAGE_STATS_ENABLED="0", TERM="xterm-256color", COLUMNS="120", LINES="40")
+    return head_env(ray_head, dlrun_home, TERM="xterm-256color", COLUMNS="120", LINES="40")
 
 
 def job_file(tmp_path: Path, script: str) -> Path:
-    wd = tmp_path / "wd"
-    wd.mkdir()
-    (wd / "main.py").write_text(script)
-    job = tmp_path / "job.yaml"
-    job.write_text(f"name: term\nrun: python -u main.py\nworkdir: {wd}\nreference: {{accelerator: cpu, hours: 0.01}}\n"
-                   "resources:\n  clouds: [local]\n")
-    return job
+    return local_script_job(tmp_path, script, "term")
 
 
 def test_the_screen_says_what_happened_once(env, tmp_path):

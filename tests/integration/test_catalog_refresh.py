@@ -19,7 +19,7 @@ from tests.support.catalog_world import (GCP_GPUS, SERIES, aws_od_price, aws_pri
                                        seed_spot_history, spot_history)
 
 AWS_REGIONS = ["us-east-1", "eu-north-1"]  # eu-north-1: a region the shipped snapshot lacks
-TINY = {"model": "tests.unit.test_profile:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32,
+TINY = {"model": "tests.support.models:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32,
         "dataset_size": 320, "epochs": 2}
 
 

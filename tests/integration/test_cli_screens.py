@@ -272,7 +272,7 @@ def test_the_first_plan_of_a_workload_says_it_is_profiling_the_model(capsys, tmp
     monkeypatch.setenv("DLRUN_LOCAL_GPUS", "none")
     job = tmp_path / "job.yaml"
     job.write_text("name: tiny\njob: cnn\nresources:\n  clouds: [local]\nworkload:\n"
-                   "  model: tests.unit.test_profile:TinyCNN\n  input_shape: [1, 8, 8]\n  batch_size: 32\n"
+                   "  model: tests.support.models:TinyCNN\n  input_shape: [1, 8, 8]\n  batch_size: 32\n"
                    "  dataset_size: 320\n  epochs: 2\n")
     first = dlrun(capsys, "plan", str(job), "--json")
     again = dlrun(capsys, "plan", str(job), "--json")

@@ -18,8 +18,10 @@ from orchestrator.planning import data_inputs, planner
 from orchestrator.planning.spec import JobSpec, load_job
 from orchestrator.runs.entrypoint import data_env, entrypoint
 from tests.integration.test_aws import REGION, SECRET, aws_env, make_provider, make_request, moto, session  # noqa: F401
-from tests.unit.test_cli_plan import invoke
-from tests.unit.test_planner import CATALOG, PROFILE
+from tests.support.cli import invoke
+from tests.support.planning import CATALOG, PROFILE
+from tests.support.job_files import make_dir
+
 
 OWNER = "alice"
 RUN_URL = f"{storage.run_bucket_url(OWNER, REGION)}/digits/0123abcd"
@@ -29,13 +31,6 @@ def write_job(tmp_path, **fields) -> Path:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump({"name": "t", "job": "cnn", **fields}))
     return path
-
-
-def make_dir(root: Path, files: dict[str, bytes]) -> Path:
-    for rel, body in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(body)
-    return root
 
 
 # --- the job file ----------------------------------------------------------------------------------

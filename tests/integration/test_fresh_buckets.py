@@ -141,8 +141,7 @@ def test_no_gcp_login_has_nothing_to_clear(monkeypatch, owner, tmp_path):
 def test_the_plan_decides_whose_buckets_are_cleared(owner):
     # only clouds whose candidates would keep checkpoints in dlrun's bucket are asked (no call otherwise)
     from orchestrator.planning import planner
-    from tests.unit.test_planner import CATALOG, PROFILE
-    from tests.unit.test_storage_plan import spec
+    from tests.support.planning import CATALOG, PROFILE, spec
 
     def clouds(**resources):
         s = spec(resources=resources)

@@ -14,7 +14,7 @@ from orchestrator.planning import planner
 from orchestrator.planning.job_probe import cached_probe, extrapolate, probe_job, run_probe, share_done
 from orchestrator.planning.spec import load_job
 from orchestrator.planning.workdir import workdir_digest
-from tests.unit.test_estimator import LOCAL_CPU
+from tests.support.planning import LOCAL_CPU
 
 ROOT = Path(__file__).resolve().parents[2]
 

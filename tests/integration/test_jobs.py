@@ -1,18 +1,14 @@
 """The real training jobs: accuracy on held-out digits, kill -9 + resume, S3 checkpoints under moto,
-the LSTM's use of time, the reporting lines, and a 2-worker Ray Train run."""
+the LSTM's use of time, the reporting lines (the 2-worker Ray Train run: tests/e2e/test_ray_train_job.py)."""
 from __future__ import annotations
 
 import importlib
 import json
-import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,39 +16,7 @@ import torch
 from jobs import BUILTIN_JOBS
 from jobs.checkpoint import CheckpointError, open_checkpoints
 from jobs.metrics import parse_line
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def job_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RAY_ADDRESS", "DLRUN_CHECKPOINT_DIR", "DLRUN_JOB_ID")}
-    env.update(RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT), **extra)
-    return env
-
-
-def parse_output(text: str) -> tuple[list[dict], list[dict], dict | None]:
-    """(epoch metrics, events, final result) from a job's stdout."""
-    epochs, events, result = [], [], None
-    for line in text.splitlines():
-        parsed = parse_line(line)
-        if parsed is None:
-            continue
-        kind, payload = parsed
-        if kind == "result":
-            result = payload
-        elif "event" in payload:
-            events.append(payload)
-        else:
-            epochs.append(payload)
-    return epochs, events, result
-
-
-def run_job(job: str, *args: str, timeout: float = 180, **env: str):
-    proc = subprocess.run([sys.executable, "-m", f"jobs.{job}", *args], cwd=ROOT,
-                          env=job_env(**env), capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return parse_output(proc.stdout)
+from tests.support.training_jobs import ROOT, job_env, parse_output, run_job
 
 
 @pytest.fixture(scope="module")
@@ -253,51 +217,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture
-def local_ray(monkeypatch):
-    """A private Ray instance whose metrics agent exports every second on a known port (without the
-    session head's token settings: it is its own cluster)."""
-    import ray
-
-    for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    metrics_port = free_port()
-    context = ray.init(address="local", num_cpus=3, include_dashboard=False,
-                       _metrics_export_port=metrics_port,
-                       _system_config={"metrics_report_interval_ms": 1000})
-    yield context.address_info["gcs_address"], metrics_port
-    ray.shutdown()
-
-
-def scrape_dlrun_gauges(port: int, job_id: str) -> dict:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    pattern = re.compile(r'^ray_(dlrun_\w+)\{[^}]*job_id="' + re.escape(job_id)
-                         + r'"[^}]*\} (\S+)$')
-    return {m.group(1): float(m.group(2)) for m in map(pattern.match, text.splitlines()) if m}
-
-
-@pytest.mark.ray
-def test_two_worker_torchtrainer_run_resumes_and_publishes_ray_gauges(tmp_path, local_ray):
-    gcs_address, metrics_port = local_ray
-    ckpt = tmp_path / "ckpt"
-    run_job("cnn", "--epochs", "1", "--checkpoint-dir", str(ckpt))  # a single-process epoch 1
-    epochs, events, result = run_job("cnn", "--num-workers", "2", "--epochs", "3",
-                                     "--checkpoint-dir", str(ckpt), timeout=300,
-                                     RAY_ADDRESS=gcs_address, DLRUN_JOB_ID="job-under-test")
-    assert result["world_size"] == 2 and result["device"] == "cpu"
-    assert [e["epoch"] for e in events] == [1] and result["resumed_from"] == 1
-    assert [m["epoch"] for m in epochs] == [2, 3]  # rank 0 only reports
-    assert open_checkpoints(str(ckpt)).epochs() == [2, 3]
-
-    deadline, gauges = time.monotonic() + 15, {}
-    while gauges.get("dlrun_epoch") != 3.0 and time.monotonic() < deadline:
-        time.sleep(0.5)
-        gauges = scrape_dlrun_gauges(metrics_port, "job-under-test")
-    assert gauges.get("dlrun_epoch") == 3.0, gauges
-    assert gauges["dlrun_accuracy"] == pytest.approx(result["accuracy"])
-    assert gauges["dlrun_samples_per_second"] > 0
 
 
 def test_a_planned_gpu_is_never_replaced_by_the_cpu(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from jobs import notice
 from jobs.checkpoint import open_checkpoints
 from tests.support.metadata_server import MetadataServer
-from tests.integration.test_jobs import ROOT, job_env, parse_output, run_job
+from tests.support.training_jobs import ROOT, job_env, parse_output, run_job
 
 EPOCHS = "8"  # ~0.45 s an epoch: after the first checkpoint the notice has ~3 s, even on a loaded machine
 

@@ -17,7 +17,7 @@ from orchestrator.errors import DlrunError
 from tests.support.aws_api_server import AwsApis
 from tests.support.gce_catalog_server import GceCatalog
 
-TINY = {"model": "tests.unit.test_profile:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32,
+TINY = {"model": "tests.support.models:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32,
         "dataset_size": 320, "epochs": 2}
 GCP_REGIONS = ("us-central1", "us-west1", "us-east1", "europe-west4")
 

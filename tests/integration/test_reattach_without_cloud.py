@@ -17,7 +17,7 @@ from orchestrator.errors import CloudUnreachableError
 from orchestrator.runs.executor import execute
 from orchestrator.state.db import Store
 from tests.support.fakes_runs import RecordingDisplay
-from tests.unit.test_run_loop import AWS_JOB, new_job, price
+from tests.support.run_loop import AWS_JOB, new_job, price
 
 UP_FOR = 600.0
 

@@ -5,18 +5,9 @@ import pytest
 
 from orchestrator.planning import estimator, profile
 from infra.catalog import Offer, load_offers
-from orchestrator.planning.profile import OpCost, WorkloadProfile
 from orchestrator.planning.spec import Workload
 from orchestrator.state.db import Store
-
-
-def synthetic(flops=1e12, membytes=1e9, ops=50, steps=1000, state=1e9, act=1e9, family="conv", local=None):
-    return WorkloadProfile(model="m", model_family=family, precision="fp32", batch_size=64, steps_per_epoch=steps,
-                           epochs=1, params=int(state / 16), weight_bytes=state / 4, grad_bytes=state / 4,
-                           optimizer_bytes=state / 2, activation_bytes=act, batch_input_bytes=1e6,
-                           flops_per_step=flops, ops=[OpCost("mm", ops // 2, flops, 0.0),
-                                                      OpCost("relu", ops - ops // 2, 0.0, membytes)],
-                           local_step_seconds=local or {})
+from tests.support.planning import LOCAL_CPU, synthetic
 
 
 def offer(cloud="aws", acc="T4", count=1, mem=16, price=1.0, spot=0.3, itype=None, region="us-east-1"):
@@ -25,12 +16,8 @@ def offer(cloud="aws", acc="T4", count=1, mem=16, price=1.0, spot=0.3, itype=Non
                  spot_price_per_hour=spot)
 
 
-LOCAL_CPU = Offer(cloud="local", region="local", instance_type="cpu", accelerator=None, accelerator_count=0,
-                  gpu_memory_gb=0.0, vcpus=2, memory_gb=8.0, price_per_hour=0.0, spot_price_per_hour=None)
-
-
 def test_model_too_big_for_a_k80_is_excluded_with_the_reason():
-    w = Workload(model="tests.unit.test_profile:BigMLP", input_shape=[64], batch_size=32, dataset_size=3200, epochs=1)
+    w = Workload(model="tests.support.models:BigMLP", input_shape=[64], batch_size=32, dataset_size=3200, epochs=1)
     p = profile.measure(w, measure_local=False)
     k80 = next(o for o in load_offers() if o.accelerator == "K80" and o.accelerator_count == 1)
     e = estimator.estimate(p, k80, spot=False)

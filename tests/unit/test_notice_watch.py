@@ -3,7 +3,7 @@ not a failure (no restart-on-error is spent); a failure without a notice stays a
 from __future__ import annotations
 
 from tests.support.fakes_runs import metric
-from tests.unit.test_watch import Harness
+from tests.support.watch import Harness
 
 
 def test_a_job_that_stopped_on_the_notice_is_a_preemption_with_its_checkpoint():
@@ -42,7 +42,7 @@ def test_a_spot_run_stopped_by_the_notice_resumes_from_the_same_bucket_in_anothe
     from infra.aws.storage import run_bucket_url
     from orchestrator.runs.entrypoint import run_key
     from tests.support.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay, result
-    from tests.unit.test_run_loop import SPOT_JOB, assert_nothing_left, events, new_job, run
+    from tests.support.run_loop import SPOT_JOB, assert_nothing_left, events, new_job, run
 
     monkeypatch.setenv("DLRUN_OWNER", "alice")
     spec, plan, job_id = new_job(store, SPOT_JOB)

@@ -4,16 +4,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.planning import planner
-from infra.catalog import Offer, canonical_gpu, load_offers
+from infra.catalog import canonical_gpu
 from infra.software import retirement
 from orchestrator.planning.estimator import estimate
 from orchestrator.planning.spec import parse_job
 from infra.storage import node_scheme
-from tests.unit.test_estimator import LOCAL_CPU, synthetic
+from tests.support.planning import CATALOG, LOCAL_CPU, PROFILE
 
-CATALOG = load_offers()
 GPUS = sorted({o.accelerator for o in CATALOG if o.accelerator})
-PROFILE = synthetic(flops=3e12, membytes=2e9, ops=300, steps=3000, state=6e9, act=5e9, local={"cpu": 2.0})
 
 
 def spec(**fields):

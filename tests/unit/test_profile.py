@@ -2,33 +2,14 @@
 import json
 
 import pytest
-import torch.nn as nn
 
 from orchestrator.planning import profile
 from orchestrator.planning.probe import cpu_probe
 from orchestrator.planning.spec import Workload
-
-IN, HIDDEN, OUT = 32, 64, 10
-
-
-def TwoLayerMLP(hidden: int = HIDDEN):
-    return nn.Sequential(nn.Flatten(), nn.Linear(IN, hidden), nn.ReLU(), nn.Linear(hidden, OUT))
+from tests.support.models import HIDDEN, IN, OUT
 
 
-def TinyCNN(channels: int = 8):
-    return nn.Sequential(nn.Conv2d(1, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(channels * 4 * 4, 10))
-
-
-def BigMLP(width: int = 4096, depth: int = 48):
-    """~805 M parameters: with Adam about 13 GB of state, more than a K80's 12 GB."""
-    layers = [nn.Flatten(), nn.Linear(64, width)]
-    for _ in range(depth):
-        layers += [nn.ReLU(), nn.Linear(width, width)]
-    return nn.Sequential(*layers, nn.Linear(width, 10))
-
-
-def workload(model="tests.unit.test_profile:TwoLayerMLP", **kw):
+def workload(model="tests.support.models:TwoLayerMLP", **kw):
     base = dict(model=model, input_shape=[IN], batch_size=16, dataset_size=160, epochs=2)
     return Workload(**{**base, **kw})
 
@@ -50,9 +31,9 @@ def test_mlp_flops_params_and_state_bytes_match_the_formulas():
 
 
 def test_activation_memory_grows_with_the_batch_and_ops_are_split_by_kind():
-    small = profile.measure(workload("tests.unit.test_profile:TinyCNN", input_shape=[1, 8, 8], batch_size=16),
+    small = profile.measure(workload("tests.support.models:TinyCNN", input_shape=[1, 8, 8], batch_size=16),
                             measure_local=False)
-    big = profile.measure(workload("tests.unit.test_profile:TinyCNN", input_shape=[1, 8, 8], batch_size=64),
+    big = profile.measure(workload("tests.support.models:TinyCNN", input_shape=[1, 8, 8], batch_size=64),
                           measure_local=False)
     assert small.model_family == "conv"
     assert 3.0 < big.activation_bytes / small.activation_bytes <= 4.2
@@ -60,13 +41,13 @@ def test_activation_memory_grows_with_the_batch_and_ops_are_split_by_kind():
     assert {"convolution", "convolution_backward"} <= names
     assert big.compute_flops == pytest.approx(big.flops_per_step)
     assert big.memory_bytes > 0  # relu, pooling and Adam move memory without FLOPs
-    half = profile.measure(workload("tests.unit.test_profile:TinyCNN", input_shape=[1, 8, 8], batch_size=64,
+    half = profile.measure(workload("tests.support.models:TinyCNN", input_shape=[1, 8, 8], batch_size=64,
                                     precision="bf16"), measure_local=False)
     assert half.activation_bytes == pytest.approx(big.activation_bytes / 2)
 
 
 def test_measure_times_real_local_steps_and_caches_the_profile(monkeypatch, dlrun_home):
-    w = workload("tests.unit.test_profile:TinyCNN", input_shape=[1, 8, 8])
+    w = workload("tests.support.models:TinyCNN", input_shape=[1, 8, 8])
     p = profile.measure(w)
     assert 0 < p.local_step_seconds["cpu"] < 5
     files = list((dlrun_home / "profiles").glob("*.json"))
@@ -83,7 +64,7 @@ def test_measure_times_real_local_steps_and_caches_the_profile(monkeypatch, dlru
 
 
 def test_a_huge_model_is_profiled_on_meta_without_timing_it_here():
-    p = profile.measure(workload("tests.unit.test_profile:BigMLP", input_shape=[64], batch_size=32))
+    p = profile.measure(workload("tests.support.models:BigMLP", input_shape=[64], batch_size=32))
     assert p.params > 800_000_000
     assert p.state_bytes > 12e9
     assert p.local_step_seconds == {}  # the roofline says a CPU step would take too long

@@ -13,8 +13,9 @@ from orchestrator.paths import job_log_path
 from orchestrator.planning.spec import parse_job
 from orchestrator.runs.executor import BudgetExhaustedError, execute, make_plan
 from tests.support.fakes_runs import (FakeBackend, JobsFactory, RecordingDisplay, Up, metric,
-                                   providers, result)
-from tests.unit.test_run_loop import (AWS_JOB, HEAD_SILENT, SPOT_JOB, SUCCESS, assert_nothing_left, events, new_job, price, run, statuses)  # noqa: F401
+                                      providers, result)
+from tests.support.run_loop import (  # noqa: F401
+    AWS_JOB, HEAD_SILENT, SPOT_JOB, SUCCESS, assert_nothing_left, events, new_job, price, run, statuses)
 
 
 # --- (5) preemption and recovery --------------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 from infra.aws.storage import run_bucket_url
 from infra.gcp.storage import run_bucket_url as gcp_bucket_url
@@ -12,16 +11,9 @@ from infra.identity import owner_identity
 from orchestrator.cli import plan as cli_plan
 from orchestrator.errors import EXIT_BAD_INPUT, SpecError
 from orchestrator.planning import planner, software
-from orchestrator.planning.spec import parse_job
 from orchestrator.planning.storage_plan import NODE_DISK
-from tests.unit.test_cli_plan import invoke, job_file
-from tests.unit.test_planner import CATALOG, PROFILE
-
-REF = {"reference": {"accelerator": "T4", "hours": 1.0}}
-
-
-def spec(**fields):
-    return parse_job(yaml.safe_dump({"name": "t", "job": "cnn", **REF, **fields}))
+from tests.support.cli import invoke, job_file
+from tests.support.planning import CATALOG, PROFILE, REF, spec
 
 
 def runnable(s, c) -> bool:

@@ -1,7 +1,5 @@
-"""The state store: versioned schema, status history, and two processes writing at once."""
-import multiprocessing as mp
-import sqlite3
-
+"""The state store: versioned schema and status history (two processes at once:
+tests/integration/test_store_processes.py)."""
 from orchestrator.state.db import MIGRATIONS, Store
 
 
@@ -34,25 +32,3 @@ def test_launch_price_is_never_rewritten(tmp_path):
     assert s.get_cluster("c1")["price_per_hour"] == 0.526
 
 
-def _writer(path, n, tag):
-    s = Store(path)
-    for i in range(n):
-        j = s.create_job(name=f"{tag}{i}", spec_hash="h", spec_json="{}")
-        s.set_status(j, "RUNNING")
-        s.set_status(j, "SUCCEEDED")
-
-
-def test_two_processes_at_once_do_not_corrupt(tmp_path):
-    path = tmp_path / "s.db"
-    Store(path).close()
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(path, 60, t)) for t in ("a", "b")]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert conn.execute("SELECT COUNT(*) FROM jobs WHERE status='SUCCEEDED'").fetchone()[0] == 120
-    assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 360

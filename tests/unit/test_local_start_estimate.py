@@ -1,86 +1,13 @@
-"""Issue 17 item 5: the fixed start of a local job is measured once per machine, cached, counted in
-the local estimate, and corrected by finished runs apart from the step time."""
+"""The fixed start of a local job in its estimate: counted once (a probed job gets only Ray's share), and
+corrected by finished runs apart from the step time. (Measured: tests/integration/test_local_start_measured.py
+and, with a head up, tests/e2e/test_local_start_on_a_head.py.)"""
 import json
-import shutil
-import time
-from dataclasses import asdict
 
 import pytest
 
 from orchestrator.planning import estimator, startup
 from orchestrator.state.db import Store
-from tests.unit.test_estimator import LOCAL_CPU, synthetic
-
-
-def test_the_local_start_is_measured_once_then_read_from_dlrun_home(dlrun_home, monkeypatch):
-    monkeypatch.setattr(startup, "_memo", {})
-    first = startup.local_startup_seconds()
-    cached = json.loads((dlrun_home / "profiles" / "local_startup.json").read_text())
-    assert first > 0.2 and cached["seconds"] == pytest.approx(first, abs=1e-3) and "torch" in cached["probe"]
-    # another process (a fresh memo) reads the file instead of measuring again
-    (dlrun_home / "profiles" / "local_startup.json").write_text(json.dumps({**cached, "seconds": 3.21}))
-    monkeypatch.setattr(startup, "_memo", {})
-    assert startup.local_startup_seconds() == 3.21
-    e = estimator.estimate(synthetic(local={"cpu": 0.01}, steps=100), LOCAL_CPU, spot=False)
-    assert e.start_seconds == pytest.approx(3.21 + estimator.JOB_START_SECONDS)
-    assert e.run_seconds == pytest.approx(0.01 * 100 * (1 + estimator.EVAL_FRACTION) + e.start_seconds)
-
-
-def _adopt(head, dlrun_home):
-    """Make the session's head the one dlrun started from this $DLRUN_HOME (its record and token)."""
-    from infra.auth import LOCAL, token_path
-
-    (dlrun_home / "local_head.json").write_text(json.dumps(asdict(head)))
-    shutil.copy(head.token_path, token_path(LOCAL))
-
-
-def _probe_jobs(head):
-    from orchestrator.runs.ray_jobs import RayJobs
-
-    return [j for j in RayJobs(head.dashboard_url).list() if j.metadata.get("dlrun_probe")]
-
-
-def test_with_no_head_up_the_start_is_the_import_timing_plus_the_ray_prior_and_nothing_starts(
-        dlrun_home, monkeypatch):
-    monkeypatch.setattr(startup, "_memo", {})
-    t0 = time.perf_counter()
-    data = startup.measure()
-    assert data["basis"] == "imports + prior" and data["process_seconds"] > 0.2
-    assert data["seconds"] == pytest.approx(data["process_seconds"] + startup.RAY_JOB_PRIOR_SECONDS, abs=1e-3)
-    assert startup.ray_share_seconds() == pytest.approx(startup.RAY_JOB_PRIOR_SECONDS, abs=1e-3)
-    assert not (dlrun_home / "local_head.json").exists()  # no head started for a plan
-    assert time.perf_counter() - t0 < data["process_seconds"] + 5
-    # a later process reads the file: no import timing again, still no head
-    monkeypatch.setattr(startup, "_memo", {})
-    monkeypatch.setattr(startup, "process_start_seconds", lambda: pytest.fail("measured again"))
-    assert startup.local_startup_seconds() == pytest.approx(data["seconds"])
-
-
-def test_a_running_dlrun_head_gets_one_no_op_job_timed_as_a_run_and_cached(ray_head, dlrun_home, monkeypatch):
-    """First a plan with no head (prior), then dlrun's head is up: the next plan measures Ray's job start
-    for real, once; the figure is Ray's own run time of the no-op job, as a run's is recorded."""
-    monkeypatch.setattr(startup, "_memo", {})
-    assert startup.measure()["basis"] == "imports + prior"
-    before = len(_probe_jobs(ray_head))
-    _adopt(ray_head, dlrun_home)
-    monkeypatch.setattr(startup, "_memo", {})
-    data = startup.measure()
-    assert data["basis"] == "ray job"
-    probes = _probe_jobs(ray_head)
-    assert len(probes) == before + 1
-    job = max(probes, key=lambda j: j.start_time)
-    assert job.status == "SUCCEEDED" and job.entrypoint == startup.RAY_JOB_ENTRYPOINT
-    assert data["seconds"] == pytest.approx((job.end_time - job.start_time) / 1000.0, abs=1e-3)
-    # the job process inside it imported torch: at least as long as the same imports in a fresh process, less slack
-    assert data["seconds"] >= 0.5 * data["process_seconds"]
-    cached = json.loads((dlrun_home / "profiles" / "local_startup.json").read_text())
-    assert cached["basis"] == "ray job" and cached["seconds"] == data["seconds"]
-    # measured once per machine: later processes read it, the head is not asked again
-    monkeypatch.setattr(startup, "_memo", {})
-    assert startup.local_startup_seconds() == data["seconds"]
-    assert len(_probe_jobs(ray_head)) == before + 1
-    e = estimator.estimate(synthetic(local={"cpu": 0.01}, steps=100), LOCAL_CPU, spot=False)
-    assert e.start_seconds == pytest.approx(data["seconds"] + estimator.JOB_START_SECONDS)
+from tests.support.planning import LOCAL_CPU, synthetic
 
 
 def test_a_probed_job_gets_only_rays_share_of_the_start_on_top_of_its_timed_run(dlrun_home, monkeypatch):
@@ -149,7 +76,7 @@ def test_a_finished_local_run_corrects_the_next_plan_of_that_model(tmp_path, mon
     monkeypatch.setenv("DLRUN_LOCAL_GPUS", "none")
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump({"name": "t", "job": "cnn", "workload": {
-        "model": "tests.unit.test_profile:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32, "dataset_size": 320,
+        "model": "tests.support.models:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32, "dataset_size": 320,
         "epochs": 2}}))
     spec = restrict(load_job(path), "local")
     store = Store()

@@ -2,34 +2,19 @@
 import json
 
 import pytest
-import yaml
-from click.testing import CliRunner
 
 from orchestrator.cli import plan as cli_plan
-from orchestrator.errors import DlrunError
+from tests.support.cli import invoke, job_file
 
-TINY = {"model": "tests.unit.test_profile:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32,
+TINY = {"model": "tests.support.models:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32,
         "dataset_size": 320, "epochs": 2}
-BIG = {"model": "tests.unit.test_profile:BigMLP", "input_shape": [64], "batch_size": 32, "dataset_size": 3200,
+BIG = {"model": "tests.support.models:BigMLP", "input_shape": [64], "batch_size": 32, "dataset_size": 3200,
        "epochs": 1}
 
 
 @pytest.fixture(autouse=True)
 def cpu_only_machine(monkeypatch):
     monkeypatch.setenv("DLRUN_LOCAL_GPUS", "none")
-
-
-def job_file(tmp_path, **fields):
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump({"name": "t", "job": "cnn", **fields}))
-    return str(path)
-
-
-def invoke(command, args):
-    """Run a command as the main CLI would: a DlrunError becomes its exit code."""
-    result = CliRunner().invoke(command, args)
-    code = result.exception.exit_code if isinstance(result.exception, DlrunError) else result.exit_code
-    return code, result
 
 
 def test_budget_below_the_cheapest_exits_3_with_the_table(tmp_path):

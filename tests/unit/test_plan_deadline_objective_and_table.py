@@ -1,4 +1,5 @@
-"""Issue 17 items 4 and 6: a default deadline, --optimize, per-zone spot prices, a plan read at a glance."""
+"""What `dlrun plan` chooses and shows: the default deadline (config.yaml), --optimize cost|time, spot priced
+per zone with outliers flagged, a table that fits 100 columns, the choice line and the plot."""
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from orchestrator.errors import DlrunError
 # batch 128 on a V100-SXM2 takes 342.37 ms per iteration (sandeepkumar-skb/pytorch_experiments,
 # torchvision_exp/README.md); 90 × 1,281,167 images / 128 = 900,820 iterations.
 RESNET50_IMAGENET = {"name": "resnet50-imagenet", "job": "resnet", "reference": {"accelerator": "V100", "hours": 85.7}}
-TINY = {"model": "tests.unit.test_profile:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32,
+TINY = {"model": "tests.support.models:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32,
         "dataset_size": 320, "epochs": 2}
 
 
