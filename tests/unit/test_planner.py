@@ -4,7 +4,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.planning import planner
-from infra.catalog import canonical_gpu
+from infra.catalog import canonical_gpu, sold_markets
 from infra.software import retirement
 from orchestrator.planning.estimator import estimate
 from orchestrator.planning.spec import parse_job
@@ -38,7 +38,8 @@ def brute_force(sp, offers, blocked=frozenset(), local=()):
         markets = [False] if o.cloud == "local" else \
             [m for m in (False, True) if (res.spot != "always" or m) and (res.spot != "never" or not m)
              and (not m or o.spot_price_per_hour is not None)
-             and (not m or node_scheme(o.cloud))]  # spot needs a checkpoint bucket its nodes can reach
+             and (not m or node_scheme(o.cloud))  # spot needs a checkpoint bucket its nodes can reach
+             and (sold_markets(o) is None or ("spot" if m else "on-demand") in sold_markets(o))]
         for spot in markets:
             e = estimate(PROFILE, o, spot=spot, num_nodes=res.num_nodes)
             if not e.fits or (sp.budget.max_cost and e.cost > sp.budget.max_cost):
