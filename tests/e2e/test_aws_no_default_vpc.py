@@ -16,13 +16,13 @@ import urllib.request
 import boto3
 import pytest
 
-from tests.e2e.test_cloud_vm_e2e import aws_lab_env, dlrun
+from tests.support.vm.cloud_runs import aws_lab_env, dlrun
 from tests.support.aws_images import seed_image_parameters
 from tests.support.aws_vpc import no_default_vpc
 from tests.support.vm.clouds import wait_until
 from tests.support.vm.fixtures import vm_support_problem
 from tests.support.vm.lab import VmLab
-from tests.integration.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
+from tests.support.aws_moto import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
 
 REGION = "us-east-1"
 LIVE = ["pending", "running", "stopping", "stopped", "shutting-down"]

@@ -40,7 +40,7 @@ def dlrun(*args, env):
 
 def submit_watching_gauges(job: str, head, env, workdir: Path) -> tuple[subprocess.CompletedProcess, dict]:
     """`dlrun submit`, the head's metrics endpoint scraped meanwhile: {job_id label: {ray_dlrun_* name}}."""
-    from tests.e2e.test_monitoring_e2e import scrape
+    from tests.support.monitoring import scrape
 
     out, err = workdir / "submit.out", workdir / "submit.err"
     seen: dict[str, set] = {}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_cloud_vm_e2e import CHECKPOINT_NAME, dlrun, job_file, status, wait_for
-from tests.e2e.test_gce_self_delete_e2e import gcp  # noqa: F401  (fixture)
+from tests.support.vm.cloud_runs import CHECKPOINT_NAME, dlrun, job_file, status, wait_for
+from tests.support.vm.cloud_runs import gcp  # noqa: F401  (fixture)
 from tests.support.vm.clouds import wait_until
 from tests.support.vm.fixtures import vm_support_problem
 

@@ -3,14 +3,13 @@ surfaces — its metadata in the dashboard's Jobs API, its training gauges on th
 endpoint (--metrics-export-port), and (when Prometheus is installed) in a Prometheus that
 `dlrun dashboard --metrics` would start with Ray's generated config.
 
-The helpers at the top are shared with tests/test_dashboard_browser.py.
+Its job is submitted once per session (tests/support/monitoring.py, the `monitored_job` fixture of
+tests/e2e/conftest.py) and read by tests/e2e/test_dashboard_browser.py too.
 """
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -18,79 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from infra.local import head as raycluster
-from tests.conftest import share_profiles
+from tests.support.monitoring import EPOCHS
 
-ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = pytest.mark.ray
 
-EPOCHS = 3
 # every key dlrun's runner puts in the Ray job's metadata (orchestrator/runner.py `_attempt`)
 METADATA_KEYS = {"dlrun_job_id", "dlrun_name", "backend", "instance", "gpu", "spot", "est_hours",
                  "est_cost", "max_cost", "schedule", "attempt"}
 
 
-# ---------------------------------------------------------------- shared helpers
-def dlrun(*args, env, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=timeout)
-
-
-def submit_digits_cnn(head: raycluster.LocalHead, workdir: Path, *, flush_s: int | None = None,
-                      watch_metrics: bool = False, profiles: Path | None = None) -> dict:
-    """`dlrun submit` a short digits-cnn job on `head`; the job's `dlrun status --json` record, plus its
-    DLRUN_RESULT payload (`result`) and the env the CLI ran with (`env`).
-
-    With watch_metrics, the head's metrics endpoint is scraped while the job runs: Ray keeps a gauge
-    only ~2 export intervals after its process stops refreshing it, so a finished job's gauges
-    vanish soon after it ends (the session head exports every second: tests/conftest.py). `gauges` is the
-    last value seen per ray_dlrun_* name for the job."""
-    text = (ROOT / "configs/examples/digits_cnn.yaml").read_text()
-    assert "epochs: 20" in text and 'SEED: "0"' in text
-    text = text.replace("epochs: 20", f"epochs: {EPOCHS}")
-    if flush_s:  # the spec's env reaches the job: keep it alive for Ray's last metrics export
-        text = text.replace('SEED: "0"', f'SEED: "0"\n  DLRUN_METRICS_FLUSH_S: "{flush_s}"')
-    job_file = workdir / "digits_cnn_short.yaml"
-    job_file.write_text(text + f"checkpoint: {workdir / 'ckpt'}\n")
-    home = workdir / "dlrun-home"
-    home.mkdir(exist_ok=True)
-    if profiles:  # the session's machine profiles (tests/conftest.py)
-        share_profiles(home, profiles)
-    env = dict(os.environ, DLRUN_RAY_ADDRESS=head.dashboard_url, DLRUN_HOME=str(home),
-               RAY_USAGE_STATS_ENABLED="0")
-    out_path, err_path = workdir / "submit.out", workdir / "submit.err"
-    seen: dict[str, dict[str, float]] = {}  # job_id label -> {metric name: last value}
-    with open(out_path, "w") as out, open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "submit", str(job_file),
-                                 "--backend", "local"], stdout=out, stderr=err, cwd=ROOT, env=env)
-        deadline = time.monotonic() + 300
-        try:
-            while proc.poll() is None and time.monotonic() < deadline:
-                if watch_metrics and head.metrics_port:
-                    try:
-                        for name, samples in scrape(head.metrics_port).items():
-                            if name.startswith("ray_dlrun_"):
-                                for labels, value in samples:
-                                    seen.setdefault(labels.get("job_id", ""), {})[name] = value
-                    except OSError:
-                        pass
-                time.sleep(0.5)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(30)
-    stdout, stderr = out_path.read_text(), err_path.read_text()
-    assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
-    job_id = stdout.split()[0]
-    st = dlrun("status", job_id, "--json", env=env)
-    assert st.returncode == 0, st.stderr
-    record = json.loads(st.stdout)
-    assert record["status"] == "SUCCEEDED" and record["ray_submission_id"], record
-    assert record["metrics"] and record["metrics"]["epochs_run"] == EPOCHS, record
-    return {**record, "job_id": job_id, "result": record["metrics"], "env": env,
-            "gauges": seen.get(job_id, {}), "other_gauge_jobs": sorted(set(seen) - {job_id})}
-
-
+# ---------------------------------------------------------------- helpers
 def get_json(url: str, timeout: float = 10.0, headers: dict | None = None):
     with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as r:
         return json.loads(r.read())
@@ -99,19 +36,6 @@ def get_json(url: str, timeout: float = 10.0, headers: dict | None = None):
 def head_auth() -> dict:
     """The session head runs with token auth, like every head dlrun starts."""
     return {"Authorization": f"Bearer {Path(os.environ['RAY_AUTH_TOKEN_PATH']).read_text().strip()}"}
-
-
-def scrape(port: int) -> dict[str, list[tuple[dict, float]]]:
-    """Prometheus text at 127.0.0.1:port/metrics -> {sample name: [(labels, value), ...]}."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out: dict[str, list] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
 
 
 # ---------------------------------------------------------------- fixtures

@@ -20,7 +20,7 @@ import yaml
 from tests.support.vm.fixtures import vm_support_problem
 from tests.support.vm.lab import VmLab
 from tests.support.vm.team_cluster import GPU_WORKER, TeamRayCluster
-from tests.e2e.test_team_cluster_e2e import ROOT, dlrun, job_file
+from tests.support.team_cluster_jobs import ROOT, dlrun, job_file
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
 

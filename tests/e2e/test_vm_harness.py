@@ -14,18 +14,15 @@ from pathlib import Path
 
 import boto3
 import pytest
-from google.api_core.client_options import ClientOptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 from moto.server import ThreadedMotoServer
 
-from tests.support.gce_server import FakeGce
 from tests.support.vm.clouds import wait_until
 from tests.support.vm.fixtures import ssh_argv, ssh_keypair, vm_lab  # noqa: F401  (fixture)
 from tests.support.vm.machine import VmSpec
+from tests.support.gce_client import ZONE, client, fake_gce, gce_delete, gce_insert  # noqa: F401  (fixture)
+from tests.support.vm.checks import assert_vm_gone
 
-ZONE = "us-central1-a"
-GCE_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 REGION = "us-east-1"
 MOTO_AMI = "ami-12c6146b"  # one of moto's default AMIs (describe_images would load them all: ~2 s)
 HTTP_SCRIPT = """#!/bin/bash
@@ -38,13 +35,6 @@ echo "boot script done"
 
 
 @pytest.fixture
-def fake_gce():
-    with FakeGce() as fake:
-        fake.add_default_network()  # these instances are made by hand, on the project's auto-mode network
-        yield fake
-
-
-@pytest.fixture
 def ec2_endpoint():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -53,31 +43,6 @@ def ec2_endpoint():
     urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"), timeout=10)
     yield url
     server.stop()
-
-
-def gce_client(fake, cls=compute_v1.InstancesClient):
-    return cls(credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=fake.endpoint),
-               transport="rest")
-
-
-def gce_insert(fake, name: str, public_key: str, script: str | None = None,
-               scheduling: dict | None = None) -> None:
-    items = [{"key": "ssh-keys", "value": f"dlrun:{public_key}"}]
-    if script is not None:
-        items.append({"key": "startup-script", "value": script})
-    body = {"name": name, "machine_type": f"zones/{ZONE}/machineTypes/e2-standard-2",
-            "disks": [{"boot": True, "auto_delete": True,
-                       "initialize_params": {"source_image": GCE_IMAGE}}],
-            "network_interfaces": [{"network": "global/networks/default",
-                                    "access_configs": [{"name": "External NAT", "type_": "ONE_TO_ONE_NAT"}]}],
-            "metadata": {"items": items}, **({"scheduling": scheduling} if scheduling else {})}
-    op = gce_client(fake).insert(project=fake.project, zone=ZONE, instance_resource=compute_v1.Instance(body))
-    gce_client(fake, compute_v1.ZoneOperationsClient).wait(project=fake.project, zone=ZONE, operation=op.name)
-
-
-def gce_delete(fake, name: str) -> None:
-    op = gce_client(fake).delete(project=fake.project, zone=ZONE, instance=name)
-    gce_client(fake, compute_v1.ZoneOperationsClient).wait(project=fake.project, zone=ZONE, operation=op.name)
 
 
 def ssh(lab, key, target: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -114,12 +79,6 @@ def http_get(url: str, timeout_s: float = 30) -> bytes:
     return wait_until(attempt, timeout_s, f"no answer from {url}", interval_s=0.1)
 
 
-def assert_vm_gone(lab, vm) -> None:
-    assert vm.instance_id not in lab.vms
-    assert vm.processes() == []
-    assert lab.leftovers() == []
-
-
 def test_gce_instance_becomes_a_vm_with_ssh_console_and_no_trace_after_delete(vm_lab, fake_gce, tmp_path):
     key, public = ssh_keypair(tmp_path)
     vm_lab.watch_gce(fake_gce)
@@ -146,10 +105,10 @@ def test_gce_instance_becomes_a_vm_with_ssh_console_and_no_trace_after_delete(vm
     with forward(vm_lab, key, target, 8000) as port:
         assert http_get(f"http://127.0.0.1:{port}/marker") == b"marker from node-1\n"
 
-    serial = gce_client(fake_gce).get_serial_port_output(project=fake_gce.project, zone=ZONE,
+    serial = client(fake_gce).get_serial_port_output(project=fake_gce.project, zone=ZONE,
                                                          instance="node-1")
     assert "boot script done" in serial.contents and int(serial.next_) == len(serial.contents.encode())
-    later = gce_client(fake_gce).get_serial_port_output(request=compute_v1.GetSerialPortOutputInstanceRequest(
+    later = client(fake_gce).get_serial_port_output(request=compute_v1.GetSerialPortOutputInstanceRequest(
         project=fake_gce.project, zone=ZONE, instance="node-1", start=int(serial.next_)))
     assert later.contents == "" and later.start == serial.next_
 

@@ -10,8 +10,8 @@ import pytest
 from infra.aws import quotas
 from infra.base import CapacityError, CredentialsError, ProvisionError, QuotaError, QuotaScope
 from tests.support.aws_faults import EC2_ERRORS, answer_error, end_while_starting
-from tests.integration.test_aws import (REGION, assert_nothing_left, aws_env, live_instances, make_provider,  # noqa: F401
-                            make_request, moto, offer, session)
+from tests.support.aws_moto import (  # noqa: F401
+    REGION, assert_nothing_left, aws_env, live_instances, make_provider, make_request, moto, offer, session)
 
 
 def request_for(cluster_id: str, instance_type: str, *, spot: bool, nodes: int = 1):
@@ -78,7 +78,7 @@ def test_throttled_run_instances_is_retried_with_backoff(session, code, status):
 @pytest.mark.parametrize("code", ["RequestLimitExceeded", "Throttling"])
 def test_throttling_that_outlasts_the_retries_is_never_a_credentials_error(session, code):
     from infra.aws.provider import AwsProvider
-    from tests.integration.test_aws import SSH_CIDR
+    from tests.support.aws_moto import SSH_CIDR
 
     answer_error(session, "DescribeInstances", code, status=503)
     provider = AwsProvider(region=REGION, session=session, ssh_cidr=SSH_CIDR, poll_interval_s=0.01,

@@ -10,7 +10,7 @@ from infra.base import ProvisionError
 from infra.catalog import load_offers
 from infra.software import image_for
 from tests.support.aws_images import CPU_AMI, GPU_AMI, seed_image_parameters, seed_public_parameter
-from tests.integration.test_aws import REGION, make_provider, make_request, moto, aws_env, session  # noqa: F401 (fixtures)
+from tests.support.aws_moto import REGION, aws_env, make_provider, make_request, moto, session  # noqa: F401 (fixtures)
 
 GPU_PARAM = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 CPU_PARAM = "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"

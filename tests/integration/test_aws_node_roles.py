@@ -12,8 +12,8 @@ from infra.base import ProvisionError
 from orchestrator.runs.teardown import remove_orphans
 from orchestrator.state.db import Store
 from tests.support.aws_faults import SimulatedCrash, crash_after, fail_run_instances
-from tests.integration.test_aws import (REGION, assert_nothing_left, aws_env, live_instances, make_provider,  # noqa: F401
-                            make_request, moto, session)
+from tests.support.aws_moto import (  # noqa: F401
+    REGION, assert_nothing_left, aws_env, live_instances, make_provider, make_request, moto, session)
 
 RUN_URL = f"{storage.run_bucket_url('alice', REGION)}/digits/0123abcd"
 

@@ -11,27 +11,18 @@ from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from infra.aws.provider import AwsProvider
 from infra.base import CapacityError
 from orchestrator import PROJECT_ROOT
 from tests.support.aws_faults import fail_run_instances, throttle_operation
 from tests.support.aws_images import seed_image_parameters
-from tests.integration.test_aws import aws_env  # noqa: F401  (fixture)
-from tests.integration.test_aws import (REGION, SSH_CIDR, assert_nothing_left, check_launched_cluster,
-                            live_instances, make_request, tags)
+from tests.support.aws_moto import (  # noqa: F401  (fixtures)
+    REGION, SSH_CIDR, assert_nothing_left, aws_env, check_launched_cluster, live_instances, make_request, moto_server,
+    tags)
+
 
 AWS_CLI = Path(sys.executable).with_name("aws")
-
-
-@pytest.fixture(scope="module")
-def moto_server():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture
@@ -97,7 +88,7 @@ def test_process_killed_after_run_instances_leaves_an_orphan_that_down_orphans_r
     script = textwrap.dedent(f"""
         import os, boto3
         from infra.aws.provider import AwsProvider
-        from tests.integration.test_aws import make_request
+        from tests.support.aws_moto import make_request
         session = boto3.Session()
         session.events.register("after-call.ec2.RunInstances", lambda **kw: os._exit(137))
         AwsProvider(region={REGION!r}, endpoint_url={endpoint!r}, session=session,

@@ -13,8 +13,8 @@ from infra.aws import storage
 from infra.base import ProvisionError
 from jobs.checkpoint import CheckpointError, open_checkpoints
 from tests.support.aws_faults import fail_run_instances
-from tests.integration.test_aws import (REGION, SECRET, aws_env, live_instances, make_provider, make_request,  # noqa: F401
-                            moto, session, user_data)
+from tests.support.aws_moto import (  # noqa: F401
+    REGION, SECRET, aws_env, live_instances, make_provider, make_request, moto, session, user_data)
 
 OWNER = "alice"
 RUN_URL = f"{storage.run_bucket_url(OWNER, REGION)}/digits/0123abcd"

@@ -10,8 +10,9 @@ from infra.aws.provider import AwsProvider
 from infra.base import BootstrapConfig, CapacityError, ProvisionError
 from tests.support.aws_faults import fail_run_instances
 from tests.support.aws_vpc import delete_default_subnet, delete_default_vpc, ec2_as_ec2_answers, no_default_vpc
-from tests.integration.test_aws import (REGION, SSH_CIDR, assert_nothing_left, aws_env, check_launched_cluster,  # noqa: F401
-                            live_instances, make_provider, make_request, moto, session, tags)
+from tests.support.aws_moto import (  # noqa: F401
+    REGION, SSH_CIDR, assert_nothing_left, aws_env, check_launched_cluster, live_instances, make_provider,
+    make_request, moto, session, tags)
 
 GPU_REQUEST = dict(bootstrap=BootstrapConfig(ray_version="2.60.0"))
 
@@ -200,7 +201,7 @@ def root_volume_of(ec2, instance: dict) -> dict:
     ("g4dn.xlarge", 180, 180),
 ])
 def test_the_root_volume_is_gp3_sized_from_the_plan_with_a_floor(session, instance_type, planned, expected):
-    from tests.integration.test_aws import offer
+    from tests.support.aws_moto import offer
     from infra.base import ClusterRequest
 
     ec2, provider = session.client("ec2"), make_provider(session)

@@ -13,7 +13,7 @@ from infra.catalog import load_offers
 from infra.vm.bootstrap import startup_script
 from orchestrator.planning.software import boot_settings
 from orchestrator.planning.spec import parse_job
-from tests.integration.test_bootstrap import STUB, node, stub, uv_calls  # noqa: F401 (fixture)
+from tests.support.boot_stubs import STUB, node, stub, uv_calls  # noqa: F401 (fixture)
 
 TORCH = version("torch").split("+")[0]
 NO_CUDA = '\nif [ "$1" = "-c" ] && [[ "$2" == *torch* ]] && [ -e "$STUB_DIR/no_cuda" ]; then echo "torch CUDA None GPUs 0"; exit 1; fi\n'

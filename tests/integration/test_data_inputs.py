@@ -17,7 +17,7 @@ from orchestrator.errors import EXIT_BAD_INPUT, SpecError
 from orchestrator.planning import data_inputs, planner
 from orchestrator.planning.spec import JobSpec, load_job
 from orchestrator.runs.entrypoint import data_env, entrypoint
-from tests.integration.test_aws import REGION, SECRET, aws_env, make_provider, make_request, moto, session  # noqa: F401
+from tests.support.aws_moto import REGION, SECRET, aws_env, make_provider, make_request, moto, session  # noqa: F401
 from tests.support.cli import invoke
 from tests.support.planning import CATALOG, PROFILE
 from tests.support.job_files import make_dir

@@ -19,7 +19,7 @@ from orchestrator.runs.fresh_buckets import bucket_clouds
 from orchestrator.runs.run_identity import start_fresh
 from tests.support.gce_server import FakeGce
 from tests.support.gcs_server import FakeGcs
-from tests.integration.test_aws import aws_env, moto, session  # noqa: F401
+from tests.support.aws_moto import aws_env, moto, session  # noqa: F401
 
 OWNER = "alice@laptop"
 

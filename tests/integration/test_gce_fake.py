@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import pytest
 from google.api_core import exceptions as gexc
-from google.api_core.client_options import ClientOptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
 from tests.support.gce_server import FakeGce
-
-ZONE = "us-central1-a"
+from tests.support.gce_client import ZONE, client, insert, instance, wait
 
 
 @pytest.fixture
@@ -18,36 +15,6 @@ def gce():
     with FakeGce() as fake:
         fake.add_default_network()
         yield fake
-
-
-def client(gce, cls=compute_v1.InstancesClient):
-    return cls(credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=gce.endpoint),
-               transport="rest")
-
-
-def instance(name="vm-1", machine=f"zones/{ZONE}/machineTypes/n1-standard-8", gpus=0, **kw) -> dict:
-    body = {
-        "name": name, "machine_type": machine,
-        "disks": [{"boot": True, "auto_delete": True,
-                   "initialize_params": {"source_image": "projects/debian-cloud/global/images/family/debian-12"}}],
-        "network_interfaces": [{"network": "global/networks/default",
-                                "access_configs": [{"name": "External NAT", "type_": "ONE_TO_ONE_NAT"}]}],
-        "labels": {"dlrun-cluster": "c1"},
-        "scheduling": {"on_host_maintenance": "TERMINATE"},
-    }
-    if gpus:
-        body["guest_accelerators"] = [{"accelerator_type": f"zones/{ZONE}/acceleratorTypes/nvidia-tesla-t4",
-                                       "accelerator_count": gpus}]
-    body.update(kw)
-    return body
-
-
-def insert(gce, body, zone=ZONE):
-    return client(gce).insert(project=gce.project, zone=zone, instance_resource=compute_v1.Instance(body))
-
-
-def wait(gce, op, zone=ZONE):
-    return client(gce, compute_v1.ZoneOperationsClient).wait(project=gce.project, zone=zone, operation=op.name)
 
 
 def test_insert_get_list_delete_roundtrip(gce):

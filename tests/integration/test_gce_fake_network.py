@@ -9,7 +9,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 from tests.support.gce_server import FakeGce
-from tests.integration.test_gce_fake import ZONE, client, insert, instance, wait
+from tests.support.gce_client import ZONE, client, insert, instance, wait
 
 REGION = "us-central1"
 DONE = compute_v1.Operation.Status.DONE

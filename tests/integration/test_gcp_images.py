@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from infra.software import software_plan
-from tests.integration.test_gcp import boot_image, gce, no_address_lookup, offer, provider, request  # noqa: F401 (fixtures)
+from tests.support.gcp_provider import (  # noqa: F401 (fixtures)
+    boot_image, gce, no_address_lookup, offer, provider, request)
 
 DLVM = "projects/deeplearning-platform-release/global/images/family/common-cu129-ubuntu-2204-nvidia-580"
 UBUNTU = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"

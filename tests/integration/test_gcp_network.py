@@ -10,8 +10,8 @@ import pytest
 from infra.base import BootstrapConfig, CapacityError, CredentialsError
 from infra.gcp.provider import GcpProvider
 from infra.gcp.zones import zones_for
-from tests.integration.test_gcp import (CALLER, US_CENTRAL1, assert_nothing_left, gce, no_address_lookup,  # noqa: F401
-                            offer, posts, provider, request)
+from tests.support.gcp_provider import (  # noqa: F401
+    CALLER, US_CENTRAL1, assert_nothing_left, gce, no_address_lookup, offer, posts, provider, request)
 
 
 def network_posts(gce) -> list[str]:

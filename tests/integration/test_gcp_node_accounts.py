@@ -16,7 +16,8 @@ from infra.gcp.provider import GcpProvider
 from orchestrator.runs.teardown import remove_orphans
 from orchestrator.state.db import Store
 from tests.support.gcs_server import FakeGcs
-from tests.integration.test_gcp import CALLER, US_CENTRAL1, assert_nothing_left, gce, no_address_lookup, request  # noqa: F401
+from tests.support.gcp_provider import (  # noqa: F401
+    CALLER, US_CENTRAL1, assert_nothing_left, gce, no_address_lookup, request)
 
 OWNER = "alice"
 BUCKET = storage.run_bucket_name(OWNER, "us-central1")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.test_no_caller_address import JOB
+from tests.support.job_files import CNN_ON_AWS_JOB
 from tests.support.gce_server import FakeGce
 from tests.support.gcs_server import FakeGcs
 
@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_an_org_policy_requiring_os_login_ends_the_run_with_exit_4_and_nothing_billed(tmp_path):
     job = tmp_path / "job.yaml"
-    job.write_text(JOB.replace("clouds: [aws], regions: [us-east-1]", "clouds: [gcp], regions: [us-central1]"))
+    job.write_text(CNN_ON_AWS_JOB.replace("clouds: [aws], regions: [us-east-1]",
+                                          "clouds: [gcp], regions: [us-central1]"))
     with FakeGce() as gce, FakeGcs(project=gce.project) as iam:
         gce.iam = iam
         gce.set_project_metadata(enable_oslogin="TRUE")

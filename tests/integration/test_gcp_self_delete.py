@@ -16,7 +16,7 @@ from infra.gcp.self_end import SELF_DELETE_ROLE, self_end_script
 from tests.support.gce_metadata import FakeGceMetadata
 from tests.support.gce_server import FakeGce
 from tests.support.gcs_server import FakeGcs
-from tests.integration.test_gcp import CALLER, metadata, no_address_lookup, offer, request  # noqa: F401 (fixture)
+from tests.support.gcp_provider import CALLER, metadata, no_address_lookup, offer, request  # noqa: F401 (fixture)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from infra.gcp.launch_storage import storage_client
 from infra.gcp.provider import GcpProvider
 from tests.support.gce_metadata import FakeGceMetadata
 from tests.support.gcs_server import FakeGcs
-from tests.integration.test_gcp import CALLER, gce, metadata, no_address_lookup, request  # noqa: F401
+from tests.support.gcp_provider import CALLER, gce, metadata, no_address_lookup, request  # noqa: F401
 
 OWNER = "alice"
 REGION = "us-central1"

@@ -15,16 +15,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.job_files import CNN_ON_AWS_JOB
 
-JOB = """
-name: no-address
-job: cnn
-resources: {clouds: [aws], regions: [us-east-1], spot: never, num_nodes: 1}
-budget: {max_cost: 5.0}
-workload: {model: "jobs.cnn:SimpleCNN", input_shape: [1, 8, 8], batch_size: 64, dataset_size: 1437,
-           epochs: 2, precision: fp32}
-"""
+ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER = textwrap.dedent("""
     import json, os, subprocess, sys, time
@@ -59,7 +52,7 @@ def test_no_caller_address_stops_at_once_with_a_short_message_and_leaves_nothing
     if not shutil.which("unshare") or subprocess.run(["unshare", "-rn", "true"]).returncode != 0:
         pytest.skip("needs `unshare -rn` (user and network namespaces) for a machine without a public address")
     job = tmp_path / "job.yaml"
-    job.write_text(JOB)
+    job.write_text(CNN_ON_AWS_JOB)
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     proc = subprocess.run(["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',

@@ -7,7 +7,7 @@ import pytest
 from infra.identity import comparable, owner_identity, same_owner
 from orchestrator.runs.teardown import remove_orphans
 from orchestrator.state.db import Store
-from tests.integration.test_aws import aws_env, live_instances, make_provider, make_request, moto, session  # noqa: F401
+from tests.support.aws_moto import aws_env, live_instances, make_provider, make_request, moto, session  # noqa: F401
 
 
 @pytest.fixture

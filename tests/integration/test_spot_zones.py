@@ -8,7 +8,7 @@ from infra.base import CapacityError
 from infra.spot_zones import ZonePrice, launch_order, rank
 from tests.support.aws_faults import fail_run_instances
 from tests.support.aws_images import seed_image_parameters
-from tests.integration.test_aws import REGION, aws_env, make_provider, make_request, offer  # noqa: F401  (fixtures)
+from tests.support.aws_moto import REGION, aws_env, make_provider, make_request, offer  # noqa: F401  (fixtures)
 
 
 def test_rank_flags_a_zone_far_below_the_median_of_the_others():

@@ -164,7 +164,7 @@ def test_aws_terminate_stops_the_clusters_ssh_users_before_removing_its_files(fa
     import boto3
 
     from tests.support.aws_images import seed_image_parameters
-    from tests.integration.test_aws import make_provider, make_request
+    from tests.support.aws_moto import make_provider, make_request
 
     with mock_aws():
         seed_image_parameters()

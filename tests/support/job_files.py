@@ -38,3 +38,14 @@ def head_env(head, dlrun_home: Path, **extra: str) -> dict[str, str]:
     """The environment of a `dlrun` process using the session's Ray head (DLRUN_RAY_ADDRESS) from its own home."""
     return dict(os.environ, DLRUN_RAY_ADDRESS=head.dashboard_url, DLRUN_HOME=str(dlrun_home),
                 RAY_USAGE_STATS_ENABLED="0", **extra)
+
+
+# a small CNN job on one on-demand AWS node in us-east-1, $5 at most
+CNN_ON_AWS_JOB = """
+name: no-address
+job: cnn
+resources: {clouds: [aws], regions: [us-east-1], spot: never, num_nodes: 1}
+budget: {max_cost: 5.0}
+workload: {model: "jobs.cnn:SimpleCNN", input_shape: [1, 8, 8], batch_size: 64, dataset_size: 1437,
+           epochs: 2, precision: fp32}
+"""

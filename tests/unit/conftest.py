@@ -1,11 +1,14 @@
 """The unit tier: in-process tests, no sockets, no subprocesses, no Ray, no moto; seconds in all.
-Fixtures of the fast run-loop tests: a store on a temp file and a clock that moves only when told."""
+This machine's CPU probe measured once for the tier; for the run-loop tests a store on a temp file and a
+clock that moves only when told."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
+from orchestrator.planning.probe import cpu_probe
 from orchestrator.state.db import Store
 from tests.support.fakes_runs import FakeClock
 from tests.support.tiers import mark_folder
@@ -13,6 +16,26 @@ from tests.support.tiers import mark_folder
 
 def pytest_collection_modifyitems(items):
     mark_folder(items, Path(__file__).parent, "unit")
+
+
+@pytest.fixture(scope="session")
+def machine_probe(tmp_path_factory) -> Path:
+    """This machine's CPU probe (orchestrator/planning/probe.py: 0.5 s of torch), measured once per session."""
+    home = tmp_path_factory.mktemp("probe-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DLRUN_HOME", str(home))
+        cpu_probe()
+    return home / "profiles" / "cpu_probe.json"
+
+
+@pytest.fixture(autouse=True)
+def _measured_machine(request, dlrun_home):
+    """Each test's $DLRUN_HOME holds the session's CPU probe, as a user's does after the first plan on the
+    machine (a copy: no test changes another's); tests of the measuring itself (mark fresh_machine) start bare."""
+    if request.node.get_closest_marker("fresh_machine"):
+        return
+    (dlrun_home / "profiles").mkdir(exist_ok=True)
+    shutil.copy(request.getfixturevalue("machine_probe"), dlrun_home / "profiles" / "cpu_probe.json")
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,8 @@ from orchestrator.planning.probe import cpu_probe
 from orchestrator.planning.spec import Workload
 from tests.support.models import HIDDEN, IN, OUT
 
+pytestmark = pytest.mark.fresh_machine  # the CPU probe and the profile cache are what these tests measure
+
 
 def workload(model="tests.support.models:TwoLayerMLP", **kw):
     base = dict(model=model, input_shape=[IN], batch_size=16, dataset_size=160, epochs=2)
