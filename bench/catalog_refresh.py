@@ -1,5 +1,5 @@
 """How long `dlrun catalog refresh` takes for both clouds, every region, against the fakes at realistic
-volumes (tests/fakes/catalog_world.py: 40 GCP regions and thousands of billing SKUs; every EC2 region moto
+volumes (tests/support/catalog_world.py: 40 GCP regions and thousands of billing SKUs; every EC2 region moto
 knows, its instance types and offerings, thousands of Price List items; a seeded spot history).
 Goal (issue 25): <= 60 s here. Also: a second refresh (everything fresh) and a plan on the result.
 

@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python bench/vm_boot.py [--images stock,deep-learning] [--cold]
 
-For each lab image (tests/fakes/vm/image.py) a VM boots a head node's script as dlrun writes it for a CPU
+For each lab image (tests/support/vm/image.py) a VM boots a head node's script as dlrun writes it for a CPU
 offer (infra/vm/bootstrap.py: uv from the PyPI mirror, a venv, torch from the torch mirror, Ray and the
 rest from the PyPI mirror, then `ray start --head`), with the lab's mirrors as a user's config.yaml would
 give them. The Ray token is handed over as dlrun does (a file in the login user's home) as soon as the VM

@@ -1,9 +1,9 @@
 """`dlrun submit --backend aws` in an AWS account without a default VPC, end to end on emulated VMs.
 
 Organisation baselines often delete the default VPC. moto is made to answer as EC2 does there
-(tests/fakes/aws_vpc.py: CreateSecurityGroup without VpcId and RunInstances without SubnetId are refused,
+(tests/support/aws_vpc.py: CreateSecurityGroup without VpcId and RunInstances without SubnetId are refused,
 a new subnet is neither default nor public until dlrun says so), its default VPC in the region is deleted
-through the API, and the lab (tests/fakes/vm) boots a VM for each instance moto reports running, as
+through the API, and the lab (tests/support/vm) boots a VM for each instance moto reports running, as
 tests/e2e/test_cloud_vm_e2e.py does. dlrun must make its own VPC (public subnet, internet gateway, route),
 train the example to its accuracy there, tear the cluster down, and leave nothing but that VPC, which
 `dlrun down --orphans` names and keeps.

@@ -1,7 +1,7 @@
 """`dlrun submit --backend aws|gcp` end to end on emulated VMs, with no bypass anywhere in dlrun.
 
 boto3 talks to moto's server and google-cloud-compute to the fake Compute Engine; for every instance
-they report running, tests/fakes/vm boots a VM on this machine (own network/mount/PID namespaces,
+they report running, tests/support/vm boots a VM on this machine (own network/mount/PID namespaces,
 a real sshd holding the key dlrun gave the cloud, the boot script run as cloud-init runs it). dlrun
 reaches it as on a real cloud: its own `ssh` (DLRUN_SSH_CONFIG maps the fake public IPs onto the VMs),
 waits for the boot markers and for Ray to see every node, submits through the SSH tunnel, and tears

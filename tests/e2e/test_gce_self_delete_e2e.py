@@ -7,7 +7,7 @@ fires, runs the self-end script dlrun wrote (infra/gcp/self_end.py: the node acc
 metadata server, DELETE on its own instance) and powers off.
 
 Why the test can only pass when the node really deletes itself: the fake models a guest power-off as GCE
-does, a stop (TERMINATED, boot disk kept and billed; tests/fakes/gce_server.py guest_shutdown), and a
+does, a stop (TERMINATED, boot disk kept and billed; tests/support/gce_server.py guest_shutdown), and a
 service account may delete only what an IAM policy on that very instance (and its auto-delete disk)
 grants it. The fake IAM is unkind too: a new node account is unknown to Compute Engine for the first
 inserts that name it (launch retries them).

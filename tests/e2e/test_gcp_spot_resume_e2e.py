@@ -1,8 +1,8 @@
 """A GCP spot VM reclaimed mid-run: the job resumes from its gs:// checkpoint on a new VM (emulated VMs).
 
 The node writes its checkpoints to dlrun's run bucket in the fake Cloud Storage with its cluster's service
-account: its token comes from the VM's own metadata server (tests/fakes/gce_metadata.py), the bucket
-policy admits it to the run's prefix only (tests/fakes/gcs_server.py), and the endpoint dlrun hands the node
+account: its token comes from the VM's own metadata server (tests/support/gce_metadata.py), the bucket
+policy admits it to the run's prefix only (tests/support/gcs_server.py), and the endpoint dlrun hands the node
 (DLRUN_GCS_ENDPOINT) is forwarded into the VM. GCE then reclaims the VM without notice (termination action
 DELETE: the instance and its disk are gone, a compute.instances.preempted operation says why); dlrun sees the
 preemption, launches a new cluster (new account, same bucket prefix) and the job resumes from the last epoch

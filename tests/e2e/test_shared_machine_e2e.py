@@ -30,7 +30,7 @@ pytestmark = pytest.mark.ray
 def foreign_head():
     """Someone else's Ray head, started with Ray's own CLI and token authentication (Ray 2.60's
     RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH) on free ports: the team cluster's head of
-    tests/fakes/ray_team_cluster.py. Yields (dashboard URL, token file)."""
+    tests/support/ray_team_cluster.py. Yields (dashboard URL, token file)."""
     head = start_team_cluster(head_cpus=1)
     try:
         yield head.address, head.token_file

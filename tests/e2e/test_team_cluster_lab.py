@@ -1,4 +1,4 @@
-"""The lab's team Ray cluster (tests/fakes/vm/team_cluster.py) is what dlrun's cluster backend meets: a
+"""The lab's team Ray cluster (tests/support/vm/team_cluster.py) is what dlrun's cluster backend meets: a
 real three-node Ray cluster behind token authentication, reached only through its address and token,
 whose GPU worker takes the jobs that ask for a GPU, and which can vanish mid-run.
 

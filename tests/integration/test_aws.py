@@ -89,7 +89,7 @@ def test_no_capacity_in_any_zone_raises_capacity_error_and_cleans_up(session, co
 
 @pytest.mark.parametrize("code", ["InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"])
 def test_quota_error_blocks_its_bucket_in_the_region_and_cleans_up(session, code):
-    """(tests/test_aws_errors.py has each code with EC2's own error body and the scope it blocks)"""
+    """(tests/integration/test_aws_errors.py has each code with EC2's own error body and the scope it blocks)"""
     fail_run_instances(session, code)
     provider, ec2 = make_provider(session), session.client("ec2")
     with pytest.raises(QuotaError) as err:

@@ -1,5 +1,5 @@
 """EC2's failures scoped as EC2 scopes them, each injected with the error body the real API returns
-(tests/fakes/aws_faults.py answer_error: EC2's XML error document, parsed by botocore as a real one):
+(tests/support/aws_faults.py answer_error: EC2's XML error document, parsed by botocore as a real one):
 vCPU quota refusals block their bucket and market in one region, throttling is retried with backoff and
 never read as a credentials problem, an instance that ends while starting for capacity moves the launch to
 the next zone. The family -> bucket table is infra/aws/quotas.py."""

@@ -1,4 +1,4 @@
-"""AWS accounts without a default VPC (tests/fakes/aws_vpc.py), a zone without a default subnet, a subnet the
+"""AWS accounts without a default VPC (tests/support/aws_vpc.py), a zone without a default subnet, a subnet the
 user names in config.yaml, and the root volume: infra/aws/vpc.py and images.root_volume under moto."""
 from __future__ import annotations
 

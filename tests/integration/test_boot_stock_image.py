@@ -2,7 +2,7 @@
 package index: python3 without `venv`/`ensurepip` and without pip gets uv from the index (the real uv
 wheel, checked against the pinned sha256), a venv, and a real package installed into it.
 
-The root is the lab's stock image (tests/fakes/vm/rootfs.py: `mmdebstrap --variant=minbase` + python3,
+The root is the lab's stock image (tests/support/vm/rootfs.py: `mmdebstrap --variant=minbase` + python3,
 ca-certificates, iproute2, procps, curl, sudo, openssh-server, built once per machine), the stand-in for
 Canonical's Ubuntu cloud images: Debian's python3 split exactly as Ubuntu's (no ensurepip, no pip), no
 ML packages. Each run gets the root under an

@@ -1,7 +1,7 @@
 """`dlrun dashboard` prints a one-use link that logs a browser in to the head dlrun started: following it
 (with a cookie jar, as a browser does) reaches the dashboard with Ray's token cookie; a second use and a
 head dlrun did not start get no login. The head is a stand-in that checks the cookie as Ray's token
-middleware does (the real dashboard is driven by tests/test_dashboard_browser.py)."""
+middleware does (the real dashboard is driven by tests/e2e/test_dashboard_browser.py)."""
 from __future__ import annotations
 
 import http.cookiejar

@@ -1,7 +1,7 @@
 """The node service account a storage launch makes (one per cluster) goes with the cluster, bindings
 first: on terminate, on a failed launch, and through `dlrun down --orphans` when dlrun was killed after
 making it and before any instance; another owner's, a live job's and an account dlrun did not name are
-left. Real GcpProvider, IAM over REST and google-cloud-storage against tests/fakes (GCE, GCS + IAM)."""
+left. Real GcpProvider, IAM over REST and google-cloud-storage against tests/support (GCE, GCS + IAM)."""
 from __future__ import annotations
 
 from dataclasses import replace

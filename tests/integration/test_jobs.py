@@ -127,7 +127,7 @@ def test_missing_bucket_and_an_unknown_scheme_are_clear_errors(moto_s3, capsys):
 
     with pytest.raises(CheckpointError, match="bucket 'nowhere' does not exist"):
         open_checkpoints("s3://nowhere/x").save({"epoch": 1}, 1)
-    for location, fix in (("ftp://host/dir", "s3://BUCKET/PREFIX"),):  # gs://: tests/test_gcp_storage.py
+    for location, fix in (("ftp://host/dir", "s3://BUCKET/PREFIX"),):  # gs://: tests/integration/test_gcp_storage.py
         with pytest.raises(SystemExit) as exit_info:
             cnn.main(["--epochs", "1", "--checkpoint-dir", location])
         assert exit_info.value.code == 2

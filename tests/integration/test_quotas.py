@@ -1,6 +1,6 @@
 """Quotas in the plan: the account's EC2 vCPU buckets (Service Quotas + running instances) and GCP's
 regional / project quotas, read through the real boto3 and google-cloud-compute clients against fakes
-(tests/fakes/aws_api_server.py, tests/fakes/gce_catalog_server.py, moto for EC2)."""
+(tests/support/aws_api_server.py, tests/support/gce_catalog_server.py, moto for EC2)."""
 import json
 import time
 

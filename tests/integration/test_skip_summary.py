@@ -10,7 +10,7 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[2]
 CONFTEST = (ROOT / "tests" / "conftest.py").read_text()
 
-# the skip forms the suite uses: pytest.skip in a fixture (tests/fakes/vm/fixtures.py), a module's
+# the skip forms the suite uses: pytest.skip in a fixture (tests/support/vm/fixtures.py), a module's
 # skipif mark (the e2e VM tests), pytest.skip in a test (the browser and Prometheus tests)
 SUITE = {
     "test_lab.py": """

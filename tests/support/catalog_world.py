@@ -1,5 +1,5 @@
 """One consistent pair of cloud accounts for the refresh tests and bench/catalog_refresh.py: what the
-fakes serve (tests/fakes/billing_catalog_server.py, gce_catalog_server.py, aws_api_server.py, moto's EC2
+fakes serve (tests/support/billing_catalog_server.py, gce_catalog_server.py, aws_api_server.py, moto's EC2
 with a seeded spot history) at realistic volumes: 40 GCP regions (one without any GPU, one with
 A100-80GB that the shipped snapshot lacks), thousands of billing SKUs (most of them not VM prices),
 every EC2 region moto knows with its instance types, and on-demand price items per region.

@@ -1,4 +1,4 @@
-"""GCE-shaped API errors of the fake Compute Engine (tests/fakes/gce_server.py)."""
+"""GCE-shaped API errors of the fake Compute Engine (tests/support/gce_server.py)."""
 from __future__ import annotations
 
 import re

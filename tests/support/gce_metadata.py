@@ -10,14 +10,14 @@ docs/metadata/querying-metadata, docs/access/authenticate-workloads#applications
 - instance/service-accounts/{default,EMAIL}/ (?recursive=true JSON), .../email, .../scopes and .../token
   (`{"access_token", "expires_in", "token_type"}`) for the account the instance runs as; an instance
   without one has no service-accounts entries (404).
-The token is "sa:EMAIL", which tests/fakes/gcs_server.py and gce_server.py read as that account. A process
+The token is "sa:EMAIL", which tests/support/gcs_server.py and gce_server.py read as that account. A process
 pointed at it with GCE_METADATA_HOST and GCE_METADATA_IP (read by google.auth at import: a fresh process)
 is, to google.auth.default(), a VM running as that account.
 
 Two ways to make one: FakeGceMetadata(email, project, scopes) answers for an account only (no instance);
 FakeGceMetadata.of_instance(fake_gce, zone, name) answers for one instance of a FakeGce, live (its
 preemption, its metadata as they are at the time of the request). The lab serves the handler inside
-each GCE VM's network namespace (tests/fakes/vm/metadata.py). Not reproduced: wait-for-change, ETags,
+each GCE VM's network namespace (tests/support/vm/metadata.py). Not reproduced: wait-for-change, ETags,
 guest attributes, identity tokens.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ Real behaviours it reproduces (sources in each method's docstring):
 - an instance's boot disk is a resource of its own (zones/Z/disks/NAME, named after the instance unless
   initializeParams.diskName says otherwise), deleted with the instance only when autoDelete is true;
 - callers: a request without credentials is the project's owner (dlrun's own login, AnonymousCredentials);
-  `Authorization: Bearer sa:EMAIL` (what tests/fakes/gce_metadata.py hands a VM) is that service account,
+  `Authorization: Bearer sa:EMAIL` (what tests/support/gce_metadata.py hands a VM) is that service account,
   which may do only what IAM policies on the *resource* grant it (instances/disks setIamPolicy,
   cloud.google.com/compute/docs/access/iam-policies-for-compute-engine-resources), and only with a token
   whose scopes (the scopes of the instance it runs on) include compute or cloud-platform: else 403
@@ -126,7 +126,7 @@ class FakeGce(NetworkApi, LocalHttpServer):
     # minute, up to 7 min: cloud.google.com/iam/docs/access-change-propagation); 0: at once
     iam_lag_s: float = 0.0
     # (zone, name) -> the instance's serial console text, for getSerialPortOutput; the VM harness
-    # (tests/fakes/vm) sets it to serve its VMs' console logs. None: every console is empty.
+    # (tests/support/vm) sets it to serve its VMs' console logs. None: every console is empty.
     serial_port_output: Callable[[str, str], str] | None = None
 
     def __post_init__(self):
@@ -586,7 +586,7 @@ def _filtered(items: list[dict], query: dict) -> list[dict]:
 
 
 def _account_of(authorization: str) -> str | None:
-    """The service account a bearer token stands for ("sa:EMAIL", tests/fakes/gce_metadata.py), or None:
+    """The service account a bearer token stands for ("sa:EMAIL", tests/support/gce_metadata.py), or None:
     no token is dlrun's own login, the project's owner."""
     token = authorization[len("Bearer "):].strip() if authorization.startswith("Bearer ") else ""
     return token[3:] if token.startswith("sa:") else None

@@ -8,7 +8,7 @@ GCE: GET /computeMetadata/v1/instance/preempted needs `Metadata-Flavor: Google` 
 answers FALSE, then TRUE after `notice()`.
 
 One handler (metadata_handler) serves both this server on 127.0.0.1 for the unit tests and each lab
-VM's 169.254.169.254 (tests/fakes/vm/metadata.py).
+VM's 169.254.169.254 (tests/support/vm/metadata.py).
 """
 from __future__ import annotations
 

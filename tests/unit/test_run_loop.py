@@ -2,7 +2,7 @@
 Jobs API: plan -> launch -> submit -> watch -> teardown, failover, recovery, restarts and the budget.
 
 The real planner plans over the real catalog; only the provider, the Jobs API client and the clock
-are fakes (tests/unit/fakes_runs.py). Every test also checks that nothing is left behind: each
+are fakes (tests/support/fakes_runs.py). Every test also checks that nothing is left behind: each
 launched cluster terminated exactly once, each connection closed, no live cluster row in the store.
 """
 from __future__ import annotations

@@ -44,7 +44,7 @@ IMAGE_USED_GB = 2.0
 NVIDIA_DRIVER = "580.105.08"  # the DLAMI's driver in its 2026-01 release notes (configs/catalog/images.csv: branch 580)
 CUDA = "13.0"
 NVIDIA_SMI = """#!/bin/sh
-# The lab's stand-in for the NVIDIA driver's nvidia-smi (tests/fakes/vm/image.py): this machine has no GPU,
+# The lab's stand-in for the NVIDIA driver's nvidia-smi (tests/support/vm/image.py): this machine has no GPU,
 # so the driver's kernel module is not loaded and nvidia-smi fails as it does then (exit 9).
 # driver %(driver)s, whatever the options
 echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."

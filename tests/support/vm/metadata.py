@@ -7,12 +7,12 @@ forwarder must reach moto's server on this machine's loopback, which no VM can r
 keeps the network namespace it was made in, so each listener is made by a short-lived thread that
 entered the VM's namespace (setns), then served from ordinary threads here.
 
-- IMDSv2 (tests/fakes/metadata_server.py's handler): PUT /latest/api/token; with the token:
+- IMDSv2 (tests/support/metadata_server.py's handler): PUT /latest/api/token; with the token:
   meta-data/iam/security-credentials/[ROLE] (the instance profile's role, assumed through STS) and
   meta-data/spot/instance-action (404 until notice()).
 - S3: 127.0.0.1:PORT in the VM forwards to 127.0.0.1:PORT here (moto's server), so the endpoint URL
   dlrun hands the node is the one it uses itself.
-- GCE (GceVmMetadata): tests/fakes/gce_metadata.py's server for the VM's own instance (its name, zone,
+- GCE (GceVmMetadata): tests/support/gce_metadata.py's server for the VM's own instance (its name, zone,
   project, preemption, its service account's token), and forwarders for the fake Compute Engine's and
   the fake Cloud Storage's ports, so the endpoints dlrun hands the node (DLRUN_GCP_API_ENDPOINT,
   DLRUN_GCS_ENDPOINT) are the ones it uses itself, as a Private Service Connect endpoint would be.

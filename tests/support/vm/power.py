@@ -46,7 +46,7 @@ GRACE_S = 2.0  # between SIGTERM and SIGKILL at power-off (systemd waits up to 9
 
 COMMAND_SCRIPT = r"""#!/bin/bash
 # An emulated VM's shutdown/poweroff/halt/reboot/systemctl: asks the VM's init (PID 1) to power off or
-# halt, as systemd's signals do; never the host. See tests/fakes/vm/power.py in the project under test.
+# halt, as systemd's signals do; never the host. See tests/support/vm/power.py in the project under test.
 set -u
 name=${0##*/}
 cmdline="$name${*:+ $*}"
