@@ -1,5 +1,5 @@
 """The unit tier: in-process tests, no sockets, no subprocesses, no Ray, no moto; seconds in all.
-This machine's CPU probe measured once for the tier; for the run-loop tests a store on a temp file and a
+This machine's CPU probe and a local job's start measured once for the tier; for the run-loop tests a store on a temp file and a
 clock that moves only when told."""
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.planning import startup
 from orchestrator.planning.probe import cpu_probe
 from orchestrator.state.db import Store
 from tests.support.fakes_runs import FakeClock
@@ -19,23 +20,25 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
-def machine_probe(tmp_path_factory) -> Path:
-    """This machine's CPU probe (orchestrator/planning/probe.py: 0.5 s of torch), measured once per session."""
-    home = tmp_path_factory.mktemp("probe-home")
+def machine_profiles(tmp_path_factory) -> Path:
+    """What dlrun measures once per machine, measured once per session (as by a user's first plan): the CPU
+    probe (orchestrator/planning/probe.py: 0.5 s of torch) and a local job's start (planning/startup.py: a
+    fresh Python process importing torch; with no head of dlrun's up, no Ray job)."""
+    home = tmp_path_factory.mktemp("machine-home")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DLRUN_HOME", str(home))
         cpu_probe()
-    return home / "profiles" / "cpu_probe.json"
+        startup.measure()
+    return home / "profiles"
 
 
 @pytest.fixture(autouse=True)
 def _measured_machine(request, dlrun_home):
-    """Each test's $DLRUN_HOME holds the session's CPU probe, as a user's does after the first plan on the
-    machine (a copy: no test changes another's); tests of the measuring itself (mark fresh_machine) start bare."""
+    """Each test's $DLRUN_HOME holds the session's machine measurements, as a user's does after the first plan
+    (copies: no test changes another's); tests of the measuring itself (mark fresh_machine) start bare."""
     if request.node.get_closest_marker("fresh_machine"):
         return
-    (dlrun_home / "profiles").mkdir(exist_ok=True)
-    shutil.copy(request.getfixturevalue("machine_probe"), dlrun_home / "profiles" / "cpu_probe.json")
+    shutil.copytree(request.getfixturevalue("machine_profiles"), dlrun_home / "profiles", dirs_exist_ok=True)
 
 
 @pytest.fixture(autouse=True)
