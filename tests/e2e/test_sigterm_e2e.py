@@ -29,6 +29,10 @@ def env(ray_head, dlrun_home):
     return head_env(ray_head, dlrun_home)
 
 
+def job_file(tmp_path: Path) -> Path:
+    return local_script_job(tmp_path, TICKING, "sigterm")
+
+
 def wait_for(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -45,7 +49,7 @@ def stopped(head, submission_id: str) -> None:
 
 
 def test_sigterm_on_a_foreground_submit_cancels_tears_down_and_exits_143(env, ray_head, dlrun_home, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "submit", str(local_script_job(tmp_path, TICKING, "sigterm")),
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "submit", str(job_file(tmp_path)),
                              "--backend", "local"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=ROOT, env=env)
     seen = []
@@ -75,7 +79,7 @@ def test_sigterm_on_a_foreground_submit_cancels_tears_down_and_exits_143(env, ra
 
 
 def test_sigterm_on_a_detached_supervisor_cancels_and_tears_down(env, ray_head, dlrun_home, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "submit", str(local_script_job(tmp_path, TICKING, "sigterm")),
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "submit", str(job_file(tmp_path)),
                         "--backend", "local", "--detach"], capture_output=True, text=True, cwd=ROOT, env=env,
                        timeout=300)
     assert r.returncode == 0, r.stderr

@@ -1,6 +1,6 @@
 """The unit tier: in-process tests, no sockets, no subprocesses, no Ray, no moto; seconds in all.
-This machine's CPU probe and a local job's start measured once for the tier; for the run-loop tests a store on a temp file and a
-clock that moves only when told."""
+This machine's CPU probe and a local job's start measured once for the tier; for the run-loop tests a store
+on a temp file and a clock that moves only when told."""
 from __future__ import annotations
 
 import shutil
