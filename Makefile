@@ -1,4 +1,4 @@
-.PHONY: setup demo lint test bench
+.PHONY: setup demo lint test test-unit test-integration test-e2e bench
 VENV := .venv
 export RAY_USAGE_STATS_ENABLED := 0
 
@@ -20,9 +20,22 @@ lint: setup
 	$(VENV)/bin/ruff check infra orchestrator/runs
 	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(VENV)/bin/pyright  # no look-up of a newer pyright on PyPI
 
-# pytest exits 5 when no tests were collected: make fails on it, as on any failure
+# pytest exits 5 when no tests were collected: make fails on it, as on any failure.
+# `make test` runs lint and every tier (README's and CI's command); each tier alone (CONTRIBUTING.md, "Tests"):
+# unit (in-process, under a minute), integration (stand-ins, bash, CLI processes), e2e (Ray heads, VM lab).
+PYTEST := $(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
 test: setup lint
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	$(PYTEST) tests
+
+test-unit: setup
+	$(PYTEST) tests/unit
+
+test-integration: setup
+	$(PYTEST) tests/integration
+
+test-e2e: setup
+	$(PYTEST) tests/e2e
 
 bench: setup
 	$(VENV)/bin/python bench/submit_overhead.py

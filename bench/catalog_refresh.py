@@ -1,5 +1,5 @@
 """How long `dlrun catalog refresh` takes for both clouds, every region, against the fakes at realistic
-volumes (tests/fakes/catalog_world.py: 40 GCP regions and thousands of billing SKUs; every EC2 region moto
+volumes (tests/support/catalog_world.py: 40 GCP regions and thousands of billing SKUs; every EC2 region moto
 knows, its instance types and offerings, thousands of Price List items; a seeded spot history).
 Goal (issue 25): <= 60 s here. Also: a second refresh (everything fresh) and a plan on the result.
 
@@ -28,8 +28,8 @@ def main() -> None:
     import pytest
     from moto import mock_aws
 
-    from tests.fakes.aws_api_server import AwsApis
-    from tests.fakes.catalog_world import (aws_price_items, aws_types, gcp_world, seed_spot_history,
+    from tests.support.aws_api_server import AwsApis
+    from tests.support.catalog_world import (aws_price_items, aws_types, gcp_world, seed_spot_history,
                                            spot_history)
 
     t0 = time.time()

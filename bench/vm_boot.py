@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python bench/vm_boot.py [--images stock,deep-learning] [--cold]
 
-For each lab image (tests/fakes/vm/image.py) a VM boots a head node's script as dlrun writes it for a CPU
+For each lab image (tests/support/vm/image.py) a VM boots a head node's script as dlrun writes it for a CPU
 offer (infra/vm/bootstrap.py: uv from the PyPI mirror, a venv, torch from the torch mirror, Ray and the
 rest from the PyPI mirror, then `ray start --head`), with the lab's mirrors as a user's config.yaml would
 give them. The Ray token is handed over as dlrun does (a file in the login user's home) as soon as the VM
@@ -29,7 +29,7 @@ GOAL_S = {"stock": 90.0}
 
 
 def one_time_costs(cold: bool) -> list[str]:
-    from tests.fakes.vm import package_index, rootfs
+    from tests.support.vm import package_index, rootfs
 
     lines = []
     if cold:
@@ -53,7 +53,7 @@ def boot_to_ready(lab, name: str, ip: str, timeout_s: float = 900) -> dict:
     from infra.base import BootstrapConfig
     from infra.buckets import node_client_packages
     from infra.vm.bootstrap import TOKEN_FILE, startup_script
-    from tests.fakes.vm.machine import VmSpec
+    from tests.support.vm.machine import VmSpec
 
     torch = version("torch").split("+")[0]
     cfg = BootstrapConfig(ray_version=version("ray"), python_packages=node_client_packages("s3://"),
@@ -88,8 +88,8 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("DLRUN_HOME", tempfile.mkdtemp(prefix="dlrun-bench-"))
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from tests.fakes.vm.fixtures import vm_support_problem
-    from tests.fakes.vm.lab import VmLab
+    from tests.support.vm.fixtures import vm_support_problem
+    from tests.support.vm.lab import VmLab
 
     problem = vm_support_problem()
     if problem:

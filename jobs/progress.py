@@ -1,6 +1,6 @@
 """How far a job is, read from what it already prints: one parser for the progress people print.
 
-Read (each checked against the real packages' output in tests/test_progress_parser.py):
+Read (each checked against the real packages' output in tests/integration/test_progress_parser.py):
 - tqdm bars, also as carriage-return updates of one line: `desc: 45%|████ | 9/20 [00:01<00:02, 6.1it/s, loss=0.3]`;
   the bars of the Hugging Face Trainer (one bar over all steps) and of Lightning's TQDMProgressBar
   (`Epoch 3: 45%|...| 14/32 [..., train_loss=0.3]`, one bar per epoch, the epoch counted from 0) are such bars;

@@ -90,7 +90,7 @@ SETTINGS: tuple[Setting, ...] = (
     _env("DLRUN_METADATA_URL", str, "http://169.254.169.254", "the metadata service jobs/notice.py polls", "job"),
     _env("DLRUN_NODE_DIR", Path, "/var/lib/dlrun", "the node's dlrun directory (venv, boot log, markers)", "node"),
     _env("DLRUN_LAB_CACHE", Path, "~/.cache/dlrun-lab", "the emulated VMs' root file systems and wheels "
-         "(tests/fakes/vm)", "tests"),
+         "(tests/support/vm)", "tests"),
     # --- Ray's, the clouds' and the system's, honoured as their own tools do
     _env("RAY_ADDRESS", str, None, "set by Ray inside a job: the jobs/ helpers then report through Ray", "job"),
     _env("RAY_AUTH_MODE", str, None, "`token`: a head dlrun did not start is reached with Ray's own token",

@@ -1,9 +1,9 @@
 """`dlrun submit --backend aws` in an AWS account without a default VPC, end to end on emulated VMs.
 
 Organisation baselines often delete the default VPC. moto is made to answer as EC2 does there
-(tests/fakes/aws_vpc.py: CreateSecurityGroup without VpcId and RunInstances without SubnetId are refused,
+(tests/support/aws_vpc.py: CreateSecurityGroup without VpcId and RunInstances without SubnetId are refused,
 a new subnet is neither default nor public until dlrun says so), its default VPC in the region is deleted
-through the API, and the lab (tests/fakes/vm) boots a VM for each instance moto reports running, as
+through the API, and the lab (tests/support/vm) boots a VM for each instance moto reports running, as
 tests/e2e/test_cloud_vm_e2e.py does. dlrun must make its own VPC (public subnet, internet gateway, route),
 train the example to its accuracy there, tear the cluster down, and leave nothing but that VPC, which
 `dlrun down --orphans` names and keeps.
@@ -16,13 +16,13 @@ import urllib.request
 import boto3
 import pytest
 
-from tests.e2e.test_cloud_vm_e2e import aws_lab_env, dlrun
-from tests.fakes.aws_images import seed_image_parameters
-from tests.fakes.aws_vpc import no_default_vpc
-from tests.fakes.vm.clouds import wait_until
-from tests.fakes.vm.fixtures import vm_support_problem
-from tests.fakes.vm.lab import VmLab
-from tests.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
+from tests.support.vm.cloud_runs import aws_lab_env, dlrun
+from tests.support.aws_images import seed_image_parameters
+from tests.support.aws_vpc import no_default_vpc
+from tests.support.vm.clouds import wait_until
+from tests.support.vm.fixtures import vm_support_problem
+from tests.support.vm.lab import VmLab
+from tests.support.aws_moto import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
 
 REGION = "us-east-1"
 LIVE = ["pending", "running", "stopping", "stopped", "shutting-down"]

@@ -1,7 +1,7 @@
 """`dlrun submit --backend aws|gcp` end to end on emulated VMs, with no bypass anywhere in dlrun.
 
 boto3 talks to moto's server and google-cloud-compute to the fake Compute Engine; for every instance
-they report running, tests/fakes/vm boots a VM on this machine (own network/mount/PID namespaces,
+they report running, tests/support/vm boots a VM on this machine (own network/mount/PID namespaces,
 a real sshd holding the key dlrun gave the cloud, the boot script run as cloud-init runs it). dlrun
 reaches it as on a real cloud: its own `ssh` (DLRUN_SSH_CONFIG maps the fake public IPs onto the VMs),
 waits for the boot markers and for Ray to see every node, submits through the SSH tunnel, and tears
@@ -11,135 +11,23 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import boto3
 import pytest
 
-from tests.fakes.aws_images import seed_image_parameters
-from tests.fakes.gce_server import FakeGce
-from tests.fakes.gcs_server import FakeGcs
-from tests.fakes.vm.clouds import wait_until
-from tests.fakes.vm.fixtures import vm_support_problem, write_mirrors
-from tests.fakes.vm.lab import VmLab
-from tests.test_aws_server import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
-from tests.test_local_e2e import unauthenticated_client
+from tests.support.gce_server import FakeGce
+from tests.support.gcs_server import FakeGcs
+from tests.support.vm.clouds import wait_until
+from tests.support.vm.fixtures import vm_support_problem
+from tests.support.aws_moto import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
+from tests.support.ray_clients import unauthenticated_client
+from tests.support.vm.cloud_runs import (  # noqa: F401  (fixtures)
+    JOB, REGION, assert_aws_left_nothing, checkpointed_epoch, dlrun, ec2, env, instances, job_file, lab, status,
+    tunnel_pids, wait_for)
 
-ROOT = Path(__file__).resolve().parents[2]
-REGION = "us-east-1"
-CHECKPOINT_NAME = re.compile(r"/epoch-(\d+)(?:-step-\d+)?\.pt$")  # jobs/checkpoint.py's names
-LIVE = ["pending", "running", "stopping", "stopped", "shutting-down"]
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
-
-JOB = """
-name: {name}
-job: cnn
-resources: {{clouds: [{cloud}], regions: [{region}], spot: {spot}, num_nodes: {nodes}}}
-budget: {{max_cost: {max_cost}}}
-workload: {{model: "jobs.cnn:SimpleCNN", input_shape: [1, 8, 8], batch_size: {batch}, dataset_size: 1437,
-            epochs: {epochs}, precision: fp32}}
-env: {{SEED: "0"}}
-{extra}
-"""
-
-
-@pytest.fixture(scope="module")
-def lab(moto_server, vm_lab_cache):
-    seed_image_parameters()  # the public SSM parameters naming the AMIs (moto serves them in this process)
-    with VmLab(boot_timeout_s=60) as lab:
-        lab.watch_ec2(moto_server, REGION)
-        yield lab
-        assert not lab.errors, lab.errors
-    assert lab.leftovers() == [], lab.leftovers()
-
-
-@pytest.fixture
-def env(lab, dlrun_home, moto_server):
-    return aws_lab_env(lab, dlrun_home, moto_server)
-
-
-def aws_lab_env(lab, dlrun_home, moto_server) -> dict:
-    """dlrun's environment for AWS runs on the lab's VMs (moto's server as EC2)."""
-    # the VMs have no route off this machine: packages come from the lab's index, which dlrun's nodes
-    # use through the user setting for corporate / air-gapped networks ($DLRUN_HOME/config.yaml mirrors)
-    write_mirrors(dlrun_home, lab)
-    e = dict(os.environ, DLRUN_HOME=str(dlrun_home), RAY_USAGE_STATS_ENABLED="0", DLRUN_LOCAL_GPUS="none",
-             DLRUN_SSH_CONFIG=str(lab.ssh_config), DLRUN_SSH_CIDR="203.0.113.7/32", DLRUN_NODE_POLL_S="1",
-             DLRUN_BOOT_TIMEOUT="240", DLRUN_SSH_WAIT_S="120",
-             AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION=REGION,
-             AWS_ENDPOINT_URL=moto_server, AWS_EC2_METADATA_DISABLED="true")
-    e.pop("DLRUN_RAY_ADDRESS", None)
-    return e
-
-
-def job_file(tmp_path, *, cloud="aws", region=REGION, spot="never", nodes=1, epochs=20, batch=64,
-             max_cost=5.0, name="vm-cnn", extra="") -> Path:
-    p = tmp_path / f"{name}.yaml"
-    p.write_text(JOB.format(name=name, cloud=cloud, region=region, spot=spot, nodes=nodes, epochs=epochs,
-                            batch=batch, max_cost=max_cost, extra=extra))
-    return p
-
-
-def dlrun(*args, env, timeout=600, stdin=None):
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=timeout, input=stdin)
-
-
-def status(job, env) -> dict:
-    r = dlrun("status", job, "--json", env=env)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
-
-
-def wait_for(predicate, timeout=300):
-    return wait_until(predicate, timeout, "the condition did not hold", interval_s=1.0)
-
-
-def ec2(moto_server):
-    return boto3.client("ec2", region_name=REGION, endpoint_url=moto_server, aws_access_key_id="testing",
-                        aws_secret_access_key="testing")
-
-
-def instances(moto_server, job, states=None) -> list[dict]:
-    f = [{"Name": "tag:dlrun-job", "Values": [job]}]
-    if states:
-        f.append({"Name": "instance-state-name", "Values": states})
-    return [i for r in ec2(moto_server).describe_instances(Filters=f)["Reservations"] for i in r["Instances"]]
-
-
-def checkpointed_epoch(moto_server, name: str) -> int:
-    """The newest epoch a run of job `name` checkpointed to dlrun's run buckets (0: none yet): observed
-    progress, read straight from S3 (moto) without the latency of `dlrun status`."""
-    s3 = boto3.client("s3", region_name=REGION, endpoint_url=moto_server, aws_access_key_id="testing",
-                      aws_secret_access_key="testing")
-    epochs = [0]
-    for bucket in s3.list_buckets()["Buckets"]:
-        if bucket["Name"].startswith("dlrun-"):
-            for o in s3.list_objects_v2(Bucket=bucket["Name"], Prefix=f"runs/{name}/").get("Contents", []):
-                m = CHECKPOINT_NAME.search(o["Key"])
-                epochs += [int(m.group(1))] if m else []
-    return max(epochs)
-
-
-def tunnel_pids(job_cluster_id: str) -> list[int]:
-    """dlrun's ssh processes for one cluster (their known_hosts file is named after it)."""
-    out = subprocess.run(["pgrep", "-f", f"known_hosts/{job_cluster_id}"], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
-def assert_aws_left_nothing(moto_server, job, lab, dlrun_home):
-    client = ec2(moto_server)
-    assert instances(moto_server, job), "the job's instances were never launched"
-    assert not instances(moto_server, job, LIVE)
-    assert not client.describe_security_groups(Filters=[{"Name": "tag:dlrun-job", "Values": [job]}])["SecurityGroups"]
-    assert not [k for k in client.describe_key_pairs()["KeyPairs"] if k["KeyName"].startswith("dlrun-")]
-    wait_for(lambda: not lab.vms, timeout=30)
-    assert not list((dlrun_home / "keys").glob("*")) and not list((dlrun_home / "known_hosts").glob("*"))
 
 
 def test_aws_two_node_cpu_cluster_boots_ray_and_trains_through_the_ssh_tunnel_one_worker_per_vm(

@@ -12,10 +12,9 @@ import yaml
 from sklearn.datasets import load_digits
 
 from infra.aws.storage import run_bucket_name
-from tests.e2e.test_cloud_vm_e2e import (REGION, ROOT, assert_aws_left_nothing, dlrun, env, lab,  # noqa: F401
-                                         status)
-from tests.fakes.vm.fixtures import vm_support_problem
-from tests.test_aws_server import moto_server  # noqa: F401
+from tests.support.vm.cloud_runs import REGION, ROOT, assert_aws_left_nothing, dlrun, env, lab, status  # noqa: F401
+from tests.support.vm.fixtures import vm_support_problem
+from tests.support.aws_moto import moto_server  # noqa: F401
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
 

@@ -7,7 +7,7 @@ fires, runs the self-end script dlrun wrote (infra/gcp/self_end.py: the node acc
 metadata server, DELETE on its own instance) and powers off.
 
 Why the test can only pass when the node really deletes itself: the fake models a guest power-off as GCE
-does, a stop (TERMINATED, boot disk kept and billed; tests/fakes/gce_server.py guest_shutdown), and a
+does, a stop (TERMINATED, boot disk kept and billed; tests/support/gce_server.py guest_shutdown), and a
 service account may delete only what an IAM policy on that very instance (and its auto-delete disk)
 grants it. The fake IAM is unkind too: a new node account is unknown to Compute Engine for the first
 inserts that name it (launch retries them).
@@ -20,34 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_cloud_vm_e2e import dlrun, job_file, status, tunnel_pids, wait_for
-from tests.fakes.gce_server import FakeGce
-from tests.fakes.gcs_server import FakeGcs
-from tests.fakes.vm.fixtures import vm_support_problem, write_mirrors
-from tests.fakes.vm.lab import VmLab
+from tests.support.vm.cloud_runs import dlrun, gcp, job_file, status, tunnel_pids, wait_for  # noqa: F401  (fixture)
+from tests.support.vm.fixtures import vm_support_problem
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
-
-
-@pytest.fixture
-def gcp(dlrun_home):
-    """(lab, fake GCE, fake IAM/GCS, env) for one test."""
-    with FakeGce() as gce, FakeGcs(project=gce.project) as gcs, VmLab(boot_timeout_s=60) as lab:
-        gce.iam, gce.account_lag = gcs, 2
-        watcher = lab.watch_gce(gce, gcs_port=gcs.port)
-        write_mirrors(dlrun_home, lab)  # the nodes' packages come from the lab's index (config.yaml mirrors)
-        env = dict(os.environ, DLRUN_HOME=str(dlrun_home), RAY_USAGE_STATS_ENABLED="0", DLRUN_LOCAL_GPUS="none",
-                   DLRUN_SSH_CONFIG=str(lab.ssh_config), DLRUN_SSH_CIDR="203.0.113.7/32", DLRUN_NODE_POLL_S="1",
-                   DLRUN_BOOT_TIMEOUT="240", DLRUN_SSH_WAIT_S="120", DLRUN_GCP_API_ENDPOINT=gce.endpoint,
-                   DLRUN_GCP_IAM_ENDPOINT=gcs.endpoint, DLRUN_GCS_ENDPOINT=gcs.endpoint,
-                   GOOGLE_CLOUD_PROJECT=gce.project)
-        env.pop("DLRUN_RAY_ADDRESS", None)
-        try:
-            yield lab, gce, gcs, env
-        finally:
-            watcher.stop()
-            assert not lab.errors, lab.errors
-    assert lab.leftovers() == [], lab.leftovers()
 
 
 def test_an_unwatched_gce_cluster_deletes_itself_leaving_no_instance_and_no_disk(gcp, tmp_path):

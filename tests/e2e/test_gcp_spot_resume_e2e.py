@@ -1,8 +1,8 @@
 """A GCP spot VM reclaimed mid-run: the job resumes from its gs:// checkpoint on a new VM (emulated VMs).
 
 The node writes its checkpoints to dlrun's run bucket in the fake Cloud Storage with its cluster's service
-account: its token comes from the VM's own metadata server (tests/fakes/gce_metadata.py), the bucket
-policy admits it to the run's prefix only (tests/fakes/gcs_server.py), and the endpoint dlrun hands the node
+account: its token comes from the VM's own metadata server (tests/support/gce_metadata.py), the bucket
+policy admits it to the run's prefix only (tests/support/gcs_server.py), and the endpoint dlrun hands the node
 (DLRUN_GCS_ENDPOINT) is forwarded into the VM. GCE then reclaims the VM without notice (termination action
 DELETE: the instance and its disk are gone, a compute.instances.preempted operation says why); dlrun sees the
 preemption, launches a new cluster (new account, same bucket prefix) and the job resumes from the last epoch
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_cloud_vm_e2e import CHECKPOINT_NAME, dlrun, job_file, status, wait_for
-from tests.e2e.test_gce_self_delete_e2e import gcp  # noqa: F401  (fixture)
-from tests.fakes.vm.clouds import wait_until
-from tests.fakes.vm.fixtures import vm_support_problem
+from tests.support.vm.cloud_runs import CHECKPOINT_NAME, dlrun, job_file, status, wait_for
+from tests.support.vm.cloud_runs import gcp  # noqa: F401  (fixture)
+from tests.support.vm.clouds import wait_until
+from tests.support.vm.fixtures import vm_support_problem
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
 EPOCHS, BATCH = 30, 8

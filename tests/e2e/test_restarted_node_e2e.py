@@ -15,9 +15,10 @@ import pytest
 
 from infra.base import BootstrapConfig
 from infra.vm.bootstrap import NODE_DIR, TOKEN_FILE, startup_script
-from tests.fakes.vm.clouds import wait_until
-from tests.fakes.vm.fixtures import ssh_keypair, vm_lab, vm_support_problem  # noqa: F401  (fixture)
-from tests.vm.test_vm_harness import assert_vm_gone, fake_gce, gce_delete, gce_insert  # noqa: F401
+from tests.support.vm.clouds import wait_until
+from tests.support.vm.fixtures import ssh_keypair, vm_lab, vm_support_problem  # noqa: F401  (fixture)
+from tests.support.vm.checks import assert_vm_gone  # noqa: F401
+from tests.support.gce_client import fake_gce, gce_delete, gce_insert  # noqa: F401
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
 

@@ -13,11 +13,12 @@ import boto3
 import pytest
 
 from infra.aws.storage import run_bucket_name
-from tests.e2e.test_cloud_vm_e2e import (REGION, ROOT, assert_aws_left_nothing, checkpointed_epoch, dlrun,  # noqa: F401
-                                         env, instances, job_file, lab, status, wait_for)
-from tests.fakes.vm.clouds import wait_until
-from tests.fakes.vm.fixtures import vm_support_problem
-from tests.test_aws_server import moto_server  # noqa: F401
+from tests.support.vm.cloud_runs import (  # noqa: F401
+    REGION, ROOT, assert_aws_left_nothing, checkpointed_epoch, dlrun, env, instances, job_file, lab, status,
+    wait_for)
+from tests.support.vm.clouds import wait_until
+from tests.support.vm.fixtures import vm_support_problem
+from tests.support.aws_moto import moto_server  # noqa: F401
 
 # a ceiling, not a timer: the notice is posted as soon as epoch 2's checkpoint is in S3, and the job
 # checks for it every 2 s (jobs/notice.py POLL_S). An idle VM runs an epoch of batch 8 in 0.45 s: 20 epochs

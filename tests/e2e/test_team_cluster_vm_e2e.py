@@ -1,10 +1,10 @@
-"""Issue 28 in the emulated-VM lab: a team's Ray cluster on three VMs (tests/fakes/vm/team_cluster.py: a
+"""Issue 28 in the emulated-VM lab: a team's Ray cluster on three VMs (tests/support/vm/team_cluster.py: a
 token-auth head, a CPU worker, a worker with two fake A100s; Ray from the lab's package index, started as a
 team starts it), reached by dlrun only through the head's dashboard address and a token file. Planned
 beside the catalog's clouds and chosen by cost, run on the planned GPU node with dlrun's metadata,
 cancelled; then the cluster vanishes mid-run and dlrun recovers as after a preemption, on this machine.
 (Resuming from the checkpoint after such a loss is tested on this machine's team clusters,
-tests/test_team_cluster_e2e.py, which share a directory; the VMs share none with this machine.)
+tests/e2e/test_team_cluster_e2e.py, which share a directory; the VMs share none with this machine.)
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ import time
 import pytest
 import yaml
 
-from tests.fakes.vm.fixtures import vm_support_problem
-from tests.fakes.vm.lab import VmLab
-from tests.fakes.vm.team_cluster import GPU_WORKER, TeamRayCluster
-from tests.test_team_cluster_e2e import ROOT, dlrun, job_file
+from tests.support.vm.fixtures import vm_support_problem
+from tests.support.vm.lab import VmLab
+from tests.support.vm.team_cluster import GPU_WORKER, TeamRayCluster
+from tests.support.team_cluster_jobs import ROOT, dlrun, job_file
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
 

@@ -7,8 +7,8 @@ import yaml
 
 from orchestrator.runs.entrypoint import JOBS_DIR, run_key
 from orchestrator.runs.run_identity import recorded_run_key
-from tests.unit.fakes_runs import FakeBackend, JobsFactory
-from tests.unit.test_run_loop import SUCCESS, events, new_job, run
+from tests.support.fakes_runs import FakeBackend, JobsFactory
+from tests.support.run_loop import SUCCESS, events, new_job, run
 
 
 def job_text(tmp_path) -> str:

@@ -2,8 +2,8 @@
 not a failure (no restart-on-error is spent); a failure without a notice stays a failure."""
 from __future__ import annotations
 
-from tests.unit.fakes_runs import metric
-from tests.unit.test_watch import Harness
+from tests.support.fakes_runs import metric
+from tests.support.watch import Harness
 
 
 def test_a_job_that_stopped_on_the_notice_is_a_preemption_with_its_checkpoint():
@@ -41,8 +41,8 @@ def test_the_resumed_step_is_shown():
 def test_a_spot_run_stopped_by_the_notice_resumes_from_the_same_bucket_in_another_pool(store, clock, monkeypatch):
     from infra.aws.storage import run_bucket_url
     from orchestrator.runs.entrypoint import run_key
-    from tests.unit.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay, result
-    from tests.unit.test_run_loop import SPOT_JOB, assert_nothing_left, events, new_job, run
+    from tests.support.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay, result
+    from tests.support.run_loop import SPOT_JOB, assert_nothing_left, events, new_job, run
 
     monkeypatch.setenv("DLRUN_OWNER", "alice")
     spec, plan, job_id = new_job(store, SPOT_JOB)

@@ -6,8 +6,8 @@ import pytest
 
 from infra.base import CredentialsError, ProvisionError
 from orchestrator.errors import CloudCredentialsError, ProvisioningFailedError
-from tests.unit.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay
-from tests.unit.test_run_loop import AWS_JOB, SUCCESS, assert_nothing_left, events, new_job, run
+from tests.support.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay
+from tests.support.run_loop import AWS_JOB, SUCCESS, assert_nothing_left, events, new_job, run
 
 
 def test_a_cloud_without_credentials_is_skipped_before_any_launch(store, clock):

@@ -9,9 +9,10 @@ from orchestrator.errors import JobFailedError
 from orchestrator.paths import job_log_path
 from orchestrator.planning.spec import parse_job
 from orchestrator.runs.executor import BudgetExhaustedError, execute, make_plan
-from tests.unit.fakes_runs import (FakeBackend, JobsFactory, RecordingDisplay, Up, left_running, metric,
-                                   providers, result)
-from tests.unit.test_run_loop import (AWS_JOB, HEAD_SILENT, SPOT_JOB, SUCCESS, assert_nothing_left, events, new_job, price, run, statuses)  # noqa: F401
+from tests.support.fakes_runs import (FakeBackend, JobsFactory, RecordingDisplay, Up, left_running, metric,
+                                      providers, result)
+from tests.support.run_loop import (  # noqa: F401
+    AWS_JOB, HEAD_SILENT, SPOT_JOB, SUCCESS, assert_nothing_left, events, new_job, price, run, statuses)
 
 
 # --- (5) preemption and recovery --------------------------------------------------------------------

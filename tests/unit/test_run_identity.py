@@ -1,12 +1,8 @@
 """A run is its code: the workdir's content digest, the run key built on it, --fresh, and the workdir
 checks at load (missing, unreadable, over Ray's upload limit: one line, exit 2, nothing recorded)."""
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-import yaml
 
 from jobs.checkpoint import open_checkpoints
 from orchestrator.errors import SpecError
@@ -14,17 +10,7 @@ from orchestrator.planning.spec import load_job
 from orchestrator.planning.workdir import RAY_GRPC_SIZE_ENV, workdir_digest
 from orchestrator.runs.entrypoint import checkpoint_location, run_key
 from orchestrator.runs.run_identity import start_fresh
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def make_job(tmp_path, **fields) -> Path:
-    work = tmp_path / "work"
-    work.mkdir(exist_ok=True)
-    (work / "train.py").write_text("print('v1')\n")
-    job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump({"name": "mine", "run": "python train.py", "workdir": "work", **fields}))
-    return job
+from tests.support.job_files import make_job
 
 
 def test_digest_follows_content_and_ignores_git_and_caches(tmp_path):
@@ -112,20 +98,6 @@ def test_workdir_over_rays_upload_limit_is_one_line_at_load(tmp_path, monkeypatc
     monkeypatch.setenv(RAY_GRPC_SIZE_ENV, "4000")
     with pytest.raises(SpecError, match="over Ray's upload limit"):
         load_job(job)
-
-
-def test_cli_bad_workdir_exits_2_and_records_nothing(tmp_path, dlrun_home):
-    job = make_job(tmp_path)
-    job.write_text(job.read_text().replace("workdir: work", "workdir: nowhere"))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    for cmd in (["submit", str(job), "--fresh"], ["plan", str(job)]):
-        r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *cmd], capture_output=True,
-                           text=True, cwd=ROOT, env=env, timeout=120)
-        assert r.returncode == 2, r.stderr
-        assert len(r.stderr.strip().splitlines()) == 1 and "workdir" in r.stderr and "Traceback" not in r.stderr
-    from orchestrator.state.db import Store
-
-    assert Store(dlrun_home / "state.db").list_jobs() == []
 
 
 def test_a_link_cycle_in_the_workdir_is_walked_once(tmp_path):

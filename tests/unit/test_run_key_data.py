@@ -12,7 +12,7 @@ from orchestrator.planning.spec import load_job
 from orchestrator.runs.entrypoint import checkpoint_location, run_key
 from orchestrator.runs.run_identity import record_run, recorded_run_key
 from orchestrator.state.db import Store
-from tests.test_data_inputs import make_dir
+from tests.support.job_files import make_dir
 
 
 def job_file(tmp_path: Path, data: list[str], name: str = "job.yaml") -> Path:

@@ -2,78 +2,28 @@
 Jobs API: plan -> launch -> submit -> watch -> teardown, failover, recovery, restarts and the budget.
 
 The real planner plans over the real catalog; only the provider, the Jobs API client and the clock
-are fakes (tests/unit/fakes_runs.py). Every test also checks that nothing is left behind: each
+are fakes (tests/support/fakes_runs.py). Every test also checks that nothing is left behind: each
 launched cluster terminated exactly once, each connection closed, no live cluster row in the store.
 """
 from __future__ import annotations
 
 import pytest
-import ray  # noqa: F401  (run_attempt imports it between two clock readings: imported once, here)
 
 from infra.base import CapacityError, CredentialsError, ProvisionError, QuotaError, QuotaScope
 from orchestrator.errors import (EXIT_CREDENTIALS, EXIT_PROVISIONING, CloudCredentialsError,
                                  ProvisioningFailedError)
 from orchestrator.paths import job_log_path
 from orchestrator.planning.spec import parse_job
-from orchestrator.runs.executor import execute, make_plan, record_job
-from tests.unit.fakes_runs import (FakeBackend, JobsFactory, Leak, RecordingDisplay, metric,
-                                   providers, result)
-
-AWS_JOB = """
-name: fake-train
-run: python train.py
-reference: {accelerator: T4, hours: 1}
-resources:
-  clouds: [aws]
-"""
-
-
-def new_job(store, text=AWS_JOB, **extra):
-    """Plan and record a job as executor.submit does (without running it)."""
-    if extra:
-        text += "".join(f"{k}: {v}\n" for k, v in extra.items())
-    spec = parse_job(text, "job.yaml")
-    plan = make_plan(spec, store=store)
-    return spec, plan, record_job(spec, plan, store=store)
-
-
-def run(job_id, store, plan, backends, jobs, clock, display=None, node_poll_s=120.0, **kw):
-    return execute(job_id, store=store, display=display or RecordingDisplay(), first_plan=plan, poll_s=0.001,
-                   node_poll_s=node_poll_s, clock=clock, get_provider=providers(*backends), jobs_client=jobs, **kw)
-
-
-def statuses(store, job_id) -> list[str]:
-    return [e.status for e in store.events(job_id) if e.kind == "status"]
-
-
-def events(store, job_id, kind) -> list[dict]:
-    return [e.data for e in store.events(job_id) if e.kind == kind]
-
-
-def assert_nothing_left(store, job_id, *backends):
-    for b in backends:
-        b.assert_clean()
-    assert store.clusters(live_only=True) == []
-    assert all(c.state == "terminated" and c.terminated_at for c in store.job_clusters(job_id))
-
-
-def price(cand) -> float:
-    return cand.offer.hourly(cand.spot)
+from orchestrator.runs.executor import make_plan
+from tests.support.fakes_runs import FakeBackend, JobsFactory, Leak, RecordingDisplay
+from tests.support.run_loop import (
+    AWS_JOB, HEAD_SILENT, SUCCESS, assert_nothing_left, events, new_job, price, run, statuses)
 
 
 def node_cost(seconds: float, per_hour: float):
     """seconds x price as pytest.approx: billing starts at the cloud's launch time, a wall-clock reading
     (a few ms of real time move it; a second of node time is the tolerance)."""
     return pytest.approx(seconds * per_hour / 3600, abs=per_hour / 3600)
-
-
-SPOT_JOB = AWS_JOB.replace("clouds: [aws]", "clouds: [aws]\n  spot: always")
-
-
-SUCCESS = [("PENDING", "installing packages"),
-           ("RUNNING", "epoch 1 starting\n" + metric(epoch=1, epochs=2, loss=0.9, accuracy=0.5)),
-           ("RUNNING", metric(epoch=2, epochs=2, loss=0.4, accuracy=0.8)),
-           ("SUCCEEDED", result(accuracy=0.93, loss=0.2) + "\nbye")]
 
 
 # --- (1) the success path --------------------------------------------------------------------------
@@ -376,9 +326,6 @@ def test_ctrl_c_while_watching_stops_the_ray_job(store, clock):
     assert events(store, job_id, "cancel_requested") == [{"by": "Ctrl-C"}]
     assert store.get_job(job_id)["status"] == "CANCELLED"
     assert_nothing_left(store, job_id, aws)
-
-
-HEAD_SILENT = ProvisionError("the Ray head of the cluster did not answer within 900 s", cloud="aws")
 
 
 def test_cluster_whose_head_never_answers_fails_over(store, clock):

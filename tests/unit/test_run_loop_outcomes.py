@@ -18,7 +18,7 @@ from orchestrator.runs.executor import make_plan, record_job
 from orchestrator.runs.run_loop import RunLoop
 from orchestrator.runs.watch import Outcome
 from orchestrator.states import Ending, JobStatus
-from tests.unit.fakes_runs import RecordingDisplay, providers
+from tests.support.fakes_runs import RecordingDisplay, providers
 
 JOB = """
 name: loop-unit

@@ -9,8 +9,8 @@ import pytest
 
 from orchestrator.cli.render.display import JobView, PlainDisplay, RichDisplay, profiling_notice
 from orchestrator.cli.render.summary import backend_name, result_line
-from tests.unit.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay, metric
-from tests.unit.test_run_loop import new_job, run, statuses
+from tests.support.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay, metric
+from tests.support.run_loop import new_job, run, statuses
 
 
 class Terminal(io.StringIO):

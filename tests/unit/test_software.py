@@ -13,7 +13,7 @@ from infra.catalog import gpu_names, load_offers
 from orchestrator.planning import planner
 from orchestrator.planning.software import job_torch, price_age_note
 from orchestrator.planning.spec import parse_job
-from tests.test_estimator import synthetic
+from tests.support.planning import synthetic
 
 PROFILE = synthetic(flops=3e12, membytes=2e9, ops=300, steps=3000, state=6e9, act=5e9, local={"cpu": 2.0})
 

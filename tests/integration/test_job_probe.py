@@ -1,0 +1,159 @@
+"""No made-up hours: a job with neither workload nor reference is timed by a short local run of its
+entrypoint (real scripts here), its progress read from jobs.metrics lines; no progress is exit 2."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.errors import SpecError
+from orchestrator.planning import planner
+from orchestrator.planning.job_probe import cached_probe, extrapolate, probe_job, run_probe, share_done
+from orchestrator.planning.spec import load_job
+from orchestrator.planning.workdir import workdir_digest
+from tests.support.planning import LOCAL_CPU
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# a real training-like script: N epochs of a fixed duration each, after a start of START seconds
+SCRIPT = """
+import os, sys, time
+time.sleep(float(sys.argv[3]))
+from jobs.metrics import probing, report, report_result
+epochs, each = int(sys.argv[1]), float(sys.argv[2])
+for epoch in range(1, epochs + 1):
+    time.sleep(each)
+    report(epoch=epoch, epochs=epochs, loss=1.0 / epoch, samples_per_s=1000.0, probing=probing(),
+           ckpt=os.environ["DLRUN_CHECKPOINT_DIR"])
+report_result(done=True)
+"""
+
+
+def job_file(tmp_path, run: str, script: str = SCRIPT, **fields) -> Path:
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "train.py").write_text(script)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"name": "probed", "run": run, "workdir": "work", **fields}))
+    return path
+
+
+def test_share_done_reads_the_progress_keys():
+    assert share_done({"epoch": 3, "epochs": 12}) == 0.25
+    assert share_done({"step": 50, "steps": 200, "loss": 1}) == 0.25
+    assert share_done({"progress": 0.4, "epoch": 1, "epochs": 10}) == 0.4  # the explicit share wins
+    for payload in ({"loss": 0.3}, {"event": "resumed", "epoch": 2, "epochs": 4}, {"epoch": 1, "epochs": 0},
+                    {"progress": "soon"}, {"progress": 1.5}):
+        assert share_done(payload) is None
+
+
+def test_extrapolate_counts_the_start_once():
+    # 4 s of start, then 1 % per second: 104 s in all
+    assert extrapolate([(5.0, 0.01), (6.0, 0.02), (9.0, 0.05)]) == pytest.approx(104.0)
+    assert extrapolate([(8.0, 0.5)]) == pytest.approx(16.0)  # one point: all of it at that rate
+
+
+def test_a_short_job_is_timed_to_its_end_and_planned_from_it(tmp_path):
+    spec = load_job(job_file(tmp_path, "python train.py 4 0.3 0.5"))
+    t0 = time.monotonic()
+    probe = probe_job(spec)
+    took = time.monotonic() - t0
+    assert probe.complete and probe.probe_seconds <= took
+    assert 1.7 <= probe.run_seconds <= took  # 0.5 s start + 4 × 0.3 s, plus the interpreter's own start
+    assert [round(p, 2) for _, p in probe.points] == [0.25, 0.5, 0.75, 1.0] and probe.samples_per_s == 1000.0
+    assert cached_probe(spec) == probe and probe_job(spec) == probe  # the second plan runs nothing
+
+    plan = planner.plan(spec, [LOCAL_CPU, *planner_offers()])
+    local = next(c for c in plan.candidates if c.offer.cloud == "local")
+    from orchestrator.planning.startup import ray_share_seconds
+
+    # the probe timed the job's process from its spawn; only Ray's share of a job's start is added
+    assert local.estimate.start_seconds == pytest.approx(ray_share_seconds()) and ray_share_seconds() > 0
+    assert local.estimate.run_seconds == pytest.approx(probe.run_seconds + ray_share_seconds())
+    assert plan.profile.source == "probe" and "measured by running the job here" in plan.notes[0]
+    gpus = {c.offer.accelerator: c.estimate.run_seconds for c in plan.candidates if c.offer.accelerator
+            and c.offer.accelerator_count == 1 and not c.spot}
+    assert gpus["H100"] < gpus["T4"]  # scaled like a reference, not copied
+
+
+def planner_offers():
+    from infra.catalog import load_offers
+
+    return load_offers()
+
+
+def test_the_job_is_told_it_is_probed_and_keeps_its_checkpoints_elsewhere(tmp_path):
+    out = tmp_path / "lines.txt"
+    script = SCRIPT.replace("report(epoch", "print(probing(), os.environ['DLRUN_CHECKPOINT_DIR'], "
+                                            "file=open(sys.argv[4], 'a'))\n    report(epoch")
+    script += "open('outputs.txt', 'w').write('written in its working directory')\n"
+    spec = load_job(job_file(tmp_path, f"python train.py 2 0.1 0 {out}", script, env={"SEED": "1"}))
+    code = workdir_digest(spec.workdir)
+    probe_job(spec)
+    assert workdir_digest(spec.workdir) == code  # it ran in a copy, as in Ray's working_dir
+    assert not (tmp_path / "work" / "outputs.txt").exists()
+    lines = out.read_text().splitlines()
+    assert lines and all(line.startswith("True ") for line in lines)
+    ckpt = lines[0].split()[1]
+    assert "dlrun-probe-" in ckpt and not Path(ckpt).exists()  # a throw-away directory, removed after
+
+
+def test_a_long_job_is_stopped_and_extrapolated(tmp_path):
+    pidfile = tmp_path / "pid"
+    script = "import os, sys\nopen(sys.argv[4], 'w').write(str(os.getpid()))\n" + SCRIPT
+    spec = load_job(job_file(tmp_path, f"python train.py 40 0.25 1.0 {pidfile}", script))
+    from orchestrator.runs.entrypoint import entrypoint
+    from orchestrator.planning.job_probe import _probe_env
+
+    probe = run_probe(spec.name, entrypoint(spec, local=True, workers=1), cwd=spec.workdir,
+                      env=_probe_env(spec, str(tmp_path), spec.workdir), seconds=4.0, min_seconds=4.0)
+    assert not probe.complete and probe.probe_seconds < 4.6
+    assert len(probe.points) >= 3
+    assert 8.0 <= probe.run_seconds <= 16.0  # 1 s start + 40 × 0.25 s, and the interpreter's start
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):  # the job itself was stopped, not only its shell
+        os.kill(pid, 0)
+
+
+def test_a_job_that_ends_by_itself_is_planned_from_its_measured_time(tmp_path, dlrun_home):
+    """No progress lines needed: the probe saw the whole run (the issue's `ok` job, refused before)."""
+    job = job_file(tmp_path, "python train.py", "import time\ntime.sleep(1.5)\nprint('ok')\n")
+    probe = probe_job(load_job(job))
+    assert probe.complete and not probe.points and 1.5 <= probe.run_seconds < 15
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "plan", str(job)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "measured by running the job here" in r.stdout + r.stderr and "ran to its end" in r.stdout + r.stderr
+
+
+def test_a_crashing_job_is_one_line_with_its_last_words(tmp_path, dlrun_home):
+    script = "print('loading data')\nprint('epoch 1/5 loss=0.9', flush=True)\nraise SystemExit('no GPU here, sorry')\n"
+    job = job_file(tmp_path, "python train.py", script)
+    with pytest.raises(SpecError, match=r"probe run .* failed \(exit 1; its last lines: loading data \| "
+                                        r"epoch 1/5 loss=0.9 \| no GPU here, sorry\)"):
+        probe_job(load_job(job))  # failed after reporting progress: still a failure, not a plan
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "plan", str(job)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2, r.stderr
+    error = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(error) == 1 and "exit 1" in error[0] and "no GPU here" in error[0] and "Traceback" not in r.stderr
+
+
+def test_a_slow_start_is_waited_for_and_silence_is_bounded(tmp_path):
+    from orchestrator.planning.job_probe import _probe_env
+    from orchestrator.runs.entrypoint import entrypoint
+
+    def probe(run, script=SCRIPT):
+        spec = load_job(job_file(tmp_path, run, script))
+        return run_probe(spec.name, entrypoint(spec, local=True, workers=1), cwd=spec.workdir,
+                         env=_probe_env(spec, str(tmp_path), spec.workdir), seconds=0.5, max_seconds=3.0)
+
+    slow = probe("python train.py 10 0.2 1.0")  # first line after the 0.5 s probe time: still read
+    assert slow.points and not slow.complete and slow.run_seconds >= 1.2
+    t0 = time.monotonic()
+    with pytest.raises(SpecError, match=r"reported no progress in \d+ s of a probe run"):
+        probe("python train.py", "import time\ntime.sleep(60)\n")
+    assert time.monotonic() - t0 < 12
