@@ -1,5 +1,5 @@
 """Where `dlrun dashboard --metrics` finds the configs Ray generated: the session directory of the head,
-under Ray's temp root computed as Ray computes it. Files only (the processes: tests/test_monitoring_e2e.py)."""
+under Ray's temp root computed as Ray computes it. Files only (the processes: tests/e2e/test_monitoring_e2e.py)."""
 from __future__ import annotations
 
 import os
