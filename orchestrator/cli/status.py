@@ -31,7 +31,7 @@ def job_dict(store: Store, job: JobRecord) -> dict:
 
     from orchestrator.cli.render.summary import iso_time
 
-    d = {f.name: getattr(job, f.name) for f in fields(job) if f.name not in ("spec_json", "metrics", "_raw")}
+    d = {f.name: getattr(job, f.name) for f in fields(job) if f.name not in ("spec_json", "metrics")}
     d["status"] = job.status.value
     for k in TIME_FIELDS:
         d[k] = iso_time(d[k])

@@ -131,11 +131,6 @@ class Store:
         with self.tx() as c:
             c.execute(f"UPDATE jobs SET {sets} WHERE id=?", (*columns.values(), job_id))
 
-    def update_job(self, job_id: str, **fields: Any) -> None:
-        """Deprecated: use the named writes below; goes once orchestrator/runs/ uses them."""
-        if fields:
-            self._set(job_id, **fields)
-
     def set_supervisor(self, job_id: str, pid: int | None) -> None:
         self._set(job_id, supervisor_pid=pid)
 
@@ -201,11 +196,11 @@ class Store:
                   (job_id, now, "status", status.value, detail))
         return True
 
-    def set_status(self, job_id: str, status: JobStatus | str, detail: str = "", *, message: str | None = None,
-                   **legacy_fields: Any) -> bool:
+    def set_status(self, job_id: str, status: JobStatus | str, detail: str = "", *,
+                   message: str | None = None) -> bool:
         """Record a status change (with its timestamp), atomically. A job that has ended keeps its final
-        status: the call changes nothing and returns False. legacy_fields: deprecated, goes with update_job."""
-        columns = dict(legacy_fields, **({"message": message} if message is not None else {}))
+        status: the call changes nothing and returns False."""
+        columns = {"message": message} if message is not None else {}
         with self.tx() as c:
             return self._move(c, job_id, status, detail, columns)
 
@@ -271,25 +266,6 @@ class Store:
         with self.tx() as c:
             c.execute("UPDATE clusters SET state='terminated', terminated_at=COALESCE(terminated_at, ?) "
                       "WHERE id=?", (time.time(), cluster_id))
-
-    def record_cluster(self, cluster_id: str, *, provider: str, job_id: str | None, state: str,
-                       price_per_hour: float = 0.0, cluster_json: str | None = None, **fields: Any) -> None:
-        """Deprecated: use cluster_launching / cluster_up / cluster_terminated; goes once runs/ uses them.
-        Insert or update a cluster row; the launch price is written once and never rewritten."""
-        existing = self._query("SELECT id FROM clusters WHERE id=?", (cluster_id,))
-        with self.tx() as c:
-            if existing:
-                upd = dict(state=state, **fields)
-                if cluster_json is not None:
-                    upd["cluster_json"] = cluster_json
-                c.execute(f"UPDATE clusters SET {','.join(f'{k}=?' for k in upd)} WHERE id=?",
-                          (*upd.values(), cluster_id))
-            else:
-                cols = dict(id=cluster_id, provider=provider, job_id=job_id, state=state,
-                            price_per_hour=price_per_hour, cluster_json=cluster_json,
-                            launched_at=fields.pop("launched_at", time.time()), **fields)
-                c.execute(f"INSERT INTO clusters ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
-                          tuple(cols.values()))
 
     def get_cluster(self, cluster_id: str) -> ClusterRecord | None:
         rows = self._query("SELECT * FROM clusters WHERE id=?", (cluster_id,))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping, TypeVar
 
 from orchestrator.states import JobStatus
@@ -31,9 +31,8 @@ R = TypeVar("R", bound="_Record")
 
 
 class _Record:
-    """Shared by the records: built from a row; `record["column"]` is the deprecated row read (see below)."""
+    """Shared by the records: built from a row at the store boundary."""
 
-    _raw: Mapping[str, Any]
     _convert: ClassVar[dict[str, Any]] = {}  # field -> how its column value becomes the field's
 
     @classmethod
@@ -47,21 +46,12 @@ class _Record:
             convert = cls._convert.get(f.name)
             value = columns.get(f.name)
             values[f.name] = convert(value) if convert else value
-        return cls(**values, _raw=raw)  # type: ignore[call-arg]
+        return cls(**values)
 
     @classmethod
     def _derived(cls, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Fields not stored under their own name (e.g. a parsed JSON column)."""
         return {}
-
-    # Deprecated: the raw column value, as the row gave it (status a str, spot 0/1/None, metrics_json text),
-    # so that code not yet converted to attributes keeps working. Removed once orchestrator/runs/ reads
-    # attributes.
-    def __getitem__(self, column: str) -> Any:
-        return self._raw[column]
-
-    def keys(self):
-        return self._raw.keys()
 
 
 def _float0(v) -> float:
@@ -109,7 +99,6 @@ class JobRecord(_Record):
     started_at: float | None
     ended_at: float | None
     run_key: str | None = None  # which training run (checkpoints) the job continues; None: recorded before
-    _raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     _convert: ClassVar[dict[str, Any]] = {"status": JobStatus, "spot": bool, "actual_cost": _float0,
                                           "preemptions": _int0, "attempts": _int0}
@@ -138,7 +127,6 @@ class ClusterRecord(_Record):
     launched_at: float
     terminated_at: float | None
     cluster_json: str | None  # infra.base.Cluster.to_dict() as JSON, once the launch returned
-    _raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     _convert: ClassVar[dict[str, Any]] = {"spot": bool, "price_per_hour": _float0,
                                           "num_nodes": lambda v: int(v) if v is not None else 1}
@@ -156,7 +144,6 @@ class EventRecord(_Record):
     kind: str
     status: str | None
     detail: str
-    _raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     _convert: ClassVar[dict[str, Any]] = {"detail": lambda v: v or ""}
 
@@ -182,7 +169,6 @@ class ScheduleRecord(_Record):
     created_at: float
     last_fired_at: float | None
     next_run_at: float | None
-    _raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     _convert: ClassVar[dict[str, Any]] = {"follow_file": bool, "paused": bool}
 
@@ -196,6 +182,5 @@ class ScheduleRunRecord(_Record):
     job_id: str | None
     outcome: str  # see orchestrator/state/schedules.py
     detail: str
-    _raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     _convert: ClassVar[dict[str, Any]] = {"detail": lambda v: v or ""}

@@ -123,4 +123,4 @@ def run_seconds(job_id: str) -> float:
     """The run as Ray timed it (its job's start to end), as `dlrun submit` recorded it."""
     from orchestrator.state.db import default_store
 
-    return default_store().get_job(job_id)["actual_run_seconds"]
+    return default_store().get_job(job_id).actual_run_seconds

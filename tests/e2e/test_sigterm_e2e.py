@@ -86,7 +86,7 @@ def test_sigterm_on_a_detached_supervisor_cancels_and_tears_down(env, ray_head, 
     store = Store(dlrun_home / "state.db")
     log = dlrun_home / f"supervisor-{job_id}.log"
     wait_for(lambda: log.exists() and "tick 3" in log.read_text(), 180, "the job did not print tick 3")
-    pid = store.get_job(job_id)["supervisor_pid"]
+    pid = store.get_job(job_id).supervisor_pid
     os.kill(pid, signal.SIGTERM)
 
     wait_for(lambda: not process_alive(pid), 120, "the supervisor did not exit")

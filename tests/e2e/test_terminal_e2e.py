@@ -110,5 +110,5 @@ def test_ctrl_c_says_what_it_cancelled_and_the_record_keeps_the_time(env, tmp_pa
     assert "(cancelled with Ctrl-C): Ray job dlrun-" in line and "stopped; nothing is left running" in line
     job_id = line.split()[0]
     row = Store(Path(env["DLRUN_HOME"]) / "state.db").get_job(job_id)
-    assert row["status"] == "CANCELLED" and row["actual_seconds"] > 0.5
-    assert json.loads(row["spec_json"])["name"] == "term"
+    assert row.status == "CANCELLED" and row.actual_seconds > 0.5
+    assert json.loads(row.spec_json)["name"] == "term"

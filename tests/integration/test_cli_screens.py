@@ -14,6 +14,7 @@ import pytest
 from orchestrator.cli.main import main
 from orchestrator.paths import job_log_path
 from orchestrator.state.db import default_store
+from orchestrator.states import JobStatus
 from tests.support.http import LocalHttpServer
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d$")
@@ -35,15 +36,21 @@ def make_job(status="SUCCEEDED", *, backend="aws", spot=0, metrics=None, detail=
     store = default_store()
     job = store.create_job(name="digits", spec_hash="h", spec_json="{}", max_cost=5.0, est_cost=0.5)
     cluster = f"c-{job}"
-    store.record_cluster(cluster, provider=backend, job_id=job, state="terminated", price_per_hour=0.526,
-                         region="us-east-1" if backend == "aws" else "local", instance_type="g4dn.xlarge")
-    store.update_job(job, backend=backend, instance_type="g4dn.xlarge" if backend == "aws" else "cpu",
-                     accelerator="T4" if backend == "aws" else "CPU", accelerator_count=1 if backend == "aws" else 0,
-                     spot=spot, cluster_id=cluster, ray_submission_id=f"dlrun-{job}-1", actual_cost=0.0123,
-                     metrics_json=json.dumps(metrics) if metrics else None)
-    store.set_status(job, "RUNNING")
+    store.cluster_launching(cluster, provider=backend, job_id=job, region="us-east-1" if backend == "aws" else "local",
+                            instance_type="g4dn.xlarge", spot=bool(spot), num_nodes=1, price_per_hour=0.526,
+                            launched_at=time.time())
+    store.cluster_terminated(cluster)
+    store.start_attempt(job, attempt=1, backend=backend, offer_key=f"{backend}/x", instance_type="g4dn.xlarge"
+                        if backend == "aws" else "cpu", accelerator="T4" if backend == "aws" else "CPU",
+                        accelerator_count=1 if backend == "aws" else 0, spot=bool(spot), price_per_hour=0.526,
+                        price_date=None, cluster_id=cluster)
+    store.mark_submitted(job, f"dlrun-{job}-1", "")
+    store.set_actual_cost(job, 0.0123)
+    if metrics:
+        store.set_metrics(job, metrics)
+    store.set_status(job, JobStatus.RUNNING)
     if status != "RUNNING":
-        store.set_status(job, status, detail, actual_seconds=12.5)
+        store.finish(job, JobStatus(status), detail, actual_seconds=12.5)
     if log is not None:
         job_log_path(job).write_text(log)
     return job
@@ -131,7 +138,7 @@ def test_logs_follow_prints_lines_as_they_come_until_the_job_ends(capsys):
             with open(path, "a") as f:
                 f.write(text)
         time.sleep(0.2)
-        default_store().set_status(job, "SUCCEEDED", actual_seconds=3.0)
+        default_store().finish(job, JobStatus.SUCCEEDED, "", actual_seconds=3.0)
 
     writer = threading.Thread(target=job_goes_on)
     writer.start()
@@ -244,7 +251,7 @@ def test_dashboard_of_a_job_shows_its_page_or_says_why_there_is_none(capsys):
     code, out, err = dlrun(capsys, "dashboard", gone)
     assert code == 2 and err.strip() == f"dlrun: error: job {gone}'s cluster is gone; its record: `dlrun status {gone}`"
     local = make_job(backend="local")
-    default_store().update_job(local, ray_address="http://127.0.0.1:8299")
+    default_store().set_ray_address(local, "http://127.0.0.1:8299")
     code, out, err = dlrun(capsys, "dashboard", local, "--no-login")
     assert code == 0 and out.strip() == f"http://127.0.0.1:8299/#/jobs/dlrun-{local}-1"
 
@@ -263,10 +270,13 @@ def test_an_interrupted_submit_says_what_it_cancelled(capsys, tmp_path, monkeypa
     def interrupted(spec, **kw):  # as execute leaves it: the job recorded CANCELLED, time kept, then re-raised
         store = default_store()
         job_id = store.create_job(name=spec.name, spec_hash="h", spec_json="{}", supervisor_pid=os.getpid())
-        store.record_cluster(f"c-{job_id}", provider="local", job_id=job_id, state="terminated")
-        store.update_job(job_id, backend="local", instance_type="cpu", accelerator="CPU", accelerator_count=0,
-                         spot=0, cluster_id=f"c-{job_id}")
-        store.set_status(job_id, "CANCELLED", "interrupted with Ctrl-C", actual_seconds=2.0)
+        store.cluster_launching(f"c-{job_id}", provider="local", job_id=job_id, region=None, instance_type="cpu",
+                                spot=False, num_nodes=1, price_per_hour=0.0, launched_at=time.time())
+        store.cluster_terminated(f"c-{job_id}")
+        store.start_attempt(job_id, attempt=1, backend="local", offer_key="local/cpu", instance_type="cpu",
+                            accelerator="CPU", accelerator_count=0, spot=False, price_per_hour=0.0, price_date=None,
+                            cluster_id=f"c-{job_id}")
+        store.cancel(job_id, "interrupted with Ctrl-C", actual_seconds=2.0)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(executor, "submit", interrupted)

@@ -71,7 +71,7 @@ def test_a_supervisor_without_credentials_keeps_the_job_and_its_cluster(store, t
         assert "stays RECOVERING with its cluster c-away-1" in left.value.message
         assert "`dlrun status`" in left.value.message
         # the cluster is still the job's, live, and its cost accrues in `dlrun status`
-        assert store.get_cluster(cluster.cluster_id)["state"] == "up"
+        assert store.get_cluster(cluster.cluster_id).state == "up"
         assert accrued_cost(store, row) == pytest.approx(UP_FOR * price(cand) / 3600, rel=0.1)
         assert row.actual_cost == 0.0 and not events_of(store, job_id, "reattach")
 

@@ -82,7 +82,8 @@ def test_a_finished_local_run_corrects_the_next_plan_of_that_model(tmp_path, mon
     store = Store()
     first = make_plan(spec, store=store)
     job_id = record_job(spec, first, store=store)
-    store.set_status(job_id, "SUCCEEDED", actual_run_seconds=2 * first.chosen.estimate.run_seconds)
+    store.finish(job_id, JobStatus.SUCCEEDED, "", actual_seconds=3.0,
+                 actual_run_seconds=2 * first.chosen.estimate.run_seconds)
     again = make_plan(spec, store=store).chosen.estimate
     assert again.run_seconds > 1.5 * first.chosen.estimate.run_seconds
     assert estimator.history_from_store(store).startup["cpu"] > 1.5

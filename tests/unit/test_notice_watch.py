@@ -55,8 +55,8 @@ def test_a_spot_run_stopped_by_the_notice_resumes_from_the_same_bucket_in_anothe
     jobs = JobsFactory(clock, stopped, resumed)
     res = run(job_id, store, plan, [aws], jobs, clock, display=RecordingDisplay())
 
-    assert res.status == "SUCCEEDED" and store.get_job(job_id)["preemptions"] == 1
-    assert store.get_job(job_id)["status"] == "SUCCEEDED"
+    assert res.status == "SUCCEEDED" and store.get_job(job_id).preemptions == 1
+    assert store.get_job(job_id).status == "SUCCEEDED"
     r1, r2 = aws.requests
     assert r1.spot and (r2.offer.key, r2.spot) != (first.offer.key, True)
     location = f"{run_bucket_url('alice', first.offer.region)}/{spec.name}/{run_key(spec)}"

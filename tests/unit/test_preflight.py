@@ -18,7 +18,7 @@ def test_a_cloud_without_credentials_is_skipped_before_any_launch(store, clock):
     good = FakeBackend(other)
     display = RecordingDisplay()
     res = run(job_id, store, plan, [bad, good], JobsFactory(clock, SUCCESS), clock, display=display)
-    assert res.status == "SUCCEEDED" and store.get_job(job_id)["backend"] == other
+    assert res.status == "SUCCEEDED" and store.get_job(job_id).backend == other
     assert bad.requests == [] and bad.preflights == 1 and good.preflights == 1  # asked once per cloud
     assert sum(f"{chosen_cloud} skipped" in m for m in display.messages) == 1
     assert [e["cloud"] for e in events(store, job_id, "preflight_failed")] == [chosen_cloud]

@@ -86,7 +86,7 @@ def test_unreachable_head_counts_as_preemption_once_the_cloud_says_its_node_is_g
 
     assert res.status == "SUCCEEDED"
     # 10 failed polls: the nodes still run (a blip) — 10 more: the cloud says gone (a preemption)
-    assert store.get_job(job_id)["preemptions"] == 1 and jobs.clients[0].polls == 21
+    assert store.get_job(job_id).preemptions == 1 and jobs.clients[0].polls == 21
     assert jobs.clients[0].stopped == [f"dlrun-{job_id}-1"]
     assert_nothing_left(store, job_id, aws)
 
@@ -122,7 +122,7 @@ def test_resume_reattaches_to_the_running_attempt(store, clock):
     assert res.status == "SUCCEEDED" and res.result == {"accuracy": 0.8}
     assert aws.requests == [] and jobs.clients[0].submitted == []
     assert events(store, job_id, "reattach")[0]["submission"] == f"dlrun-{job_id}-1"
-    assert store.get_job(job_id)["actual_cost"] == pytest.approx((600 + 2 * 60) * price(plan.chosen) / 3600)
+    assert store.get_job(job_id).actual_cost == pytest.approx((600 + 2 * 60) * price(plan.chosen) / 3600)
     assert_nothing_left(store, job_id, aws)
 
 
@@ -154,7 +154,7 @@ def test_a_spot_pool_lost_while_the_supervisor_was_away_is_not_launched_again(st
 
     res = resume(job_id, store, aws, jobs, clock)
 
-    assert res.status == "SUCCEEDED" and store.get_job(job_id)["preemptions"] == 1
+    assert res.status == "SUCCEEDED" and store.get_job(job_id).preemptions == 1
     (relaunch,) = aws.requests
     assert (relaunch.offer.key, relaunch.spot) != (first.offer.key, True)
     assert_nothing_left(store, job_id, aws)
@@ -211,7 +211,7 @@ def test_user_failure_then_success_after_restart(store, clock):
     _, plan, job_id = new_job(store, max_restarts_on_errors=1)
     aws = FakeBackend("aws")
     res = run(job_id, store, plan, [aws], JobsFactory(clock, FAILING, SUCCESS), clock)
-    assert res.status == "SUCCEEDED" and store.get_job(job_id)["attempts"] == 2
+    assert res.status == "SUCCEEDED" and store.get_job(job_id).attempts == 2
     assert_nothing_left(store, job_id, aws)
 
 
@@ -297,7 +297,7 @@ def test_recovery_within_the_remaining_budget_relaunches(store, clock):
     res = run(job_id, store, plan, [aws], jobs, clock, node_poll_s=1.5 * dt)  # every 2nd poll
 
     assert res.status == "SUCCEEDED" and len(aws.requests) == 2
-    assert store.get_job(job_id)["preemptions"] == 1
+    assert store.get_job(job_id).preemptions == 1
     assert_nothing_left(store, job_id, aws)
 
 

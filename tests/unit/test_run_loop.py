@@ -75,7 +75,7 @@ def test_success_records_result_cost_and_tears_down(store, clock):
 
     line = result_line(store, job_id)
     assert line.startswith(f"{job_id} SUCCEEDED on {offer_name(chosen.offer, chosen.spot)} in ")
-    assert line.endswith(f"${row['actual_cost']:.4f}: accuracy=0.93 loss=0.2")
+    assert line.endswith(f"${row.actual_cost:.4f}: accuracy=0.93 loss=0.2")
     assert not [m for m in display.messages if "SUCCEEDED" in m]
     crow = store.get_cluster(request.cluster_id)
     assert crow.price_per_hour == pytest.approx(price(chosen)) and crow.zone == f"{chosen.offer.region}-a"
@@ -92,7 +92,7 @@ def test_billing_starts_at_the_clouds_launch_time(store, clock, offset, billed):
     aws = FakeBackend("aws", clock=clock, launch_seconds=300, launched_at_offset=offset)
     run(job_id, store, plan, [aws], JobsFactory(clock, ["PENDING", "RUNNING", "SUCCEEDED"], dt=60), clock)
 
-    assert store.get_job(job_id)["actual_cost"] == node_cost(billed, price(plan.chosen))
+    assert store.get_job(job_id).actual_cost == node_cost(billed, price(plan.chosen))
     assert_nothing_left(store, job_id, aws)
 
 
@@ -100,7 +100,7 @@ def test_terminal_status_is_never_overwritten(store, clock):
     _, plan, job_id = new_job(store)
     aws = FakeBackend("aws")
     run(job_id, store, plan, [aws], JobsFactory(clock, SUCCESS), clock)
-    before = (store.get_job(job_id)["status"], store.get_job(job_id)["ended_at"], len(store.events(job_id)))
+    before = (store.get_job(job_id).status, store.get_job(job_id).ended_at, len(store.events(job_id)))
 
     assert store.set_status(job_id, "RUNNING") is False
     assert store.set_status(job_id, "FAILED", "late failure", message="nope") is False
@@ -125,7 +125,7 @@ def test_external_cancel_mid_run_is_kept(store, clock):
     res = run(job_id, store, plan, [aws], jobs, clock)
 
     assert (res.status, res.exit_code) == ("CANCELLED", 130)
-    assert store.get_job(job_id)["status"] == "CANCELLED"
+    assert store.get_job(job_id).status == "CANCELLED"
     cancelled = [e for e in store.events(job_id) if e.kind == "status" and e.status == "CANCELLED"]
     assert [e.detail for e in cancelled] == ["dlrun cancel"]
     assert_nothing_left(store, job_id, aws)
@@ -141,7 +141,7 @@ def test_result_matches_the_stored_status_after_an_external_cancel(store, clock)
     jobs = JobsFactory(clock, ["RUNNING", "RUNNING", "SUCCEEDED"], on_status=cancel_at_poll_2)
     res = run(job_id, store, plan, [FakeBackend("aws")], jobs, clock)
 
-    assert store.get_job(job_id)["status"] == "CANCELLED"
+    assert store.get_job(job_id).status == "CANCELLED"
     assert res.status == "CANCELLED"
 
 
@@ -174,7 +174,7 @@ def test_provider_error_on_first_candidate_fails_over(store, clock, error, block
     assert statuses(store, job_id) == ["PENDING", "PROVISIONING", "PLANNING", "PROVISIONING", "SUBMITTED",
                                        "RUNNING", "SUCCEEDED"]
     assert aws.launched == [r2.cluster_id]  # the failed launch left nothing for dlrun to remove
-    assert store.get_cluster(r1.cluster_id)["state"] == "terminated"
+    assert store.get_cluster(r1.cluster_id).state == "terminated"
     # the failed launch rolled back: nothing billed for it; the second cluster from its launch on
     assert row.actual_cost == node_cost(120 + 4 * 60, r2.offer.hourly(r2.spot))
     assert_nothing_left(store, job_id, aws)
@@ -191,7 +191,7 @@ def test_global_quota_blocks_the_cloud_and_moves_on(store, clock):
 
     assert res.status == "SUCCEEDED"
     assert len(backends[first.offer.cloud].requests) == 1
-    assert len(backends[other].requests) == 1 and store.get_job(job_id)["backend"] == other
+    assert len(backends[other].requests) == 1 and store.get_job(job_id).backend == other
     assert_nothing_left(store, job_id, *backends.values())
 
 
@@ -269,7 +269,7 @@ resources:
     # a region-scope error blocks the region: one gcp launch
     assert sorted(r.offer.key for r in aws.requests) == sorted(aws_keys)
     assert len(gcp.requests) == 1
-    assert store.get_job(job_id)["status"] == "FAILED"
+    assert store.get_job(job_id).status == "FAILED"
     assert len(events(store, job_id, "provision_failed")) == len(aws_keys) + 1
     assert_nothing_left(store, job_id, aws, gcp)
 
@@ -297,7 +297,7 @@ def test_unexpected_launch_error_removes_what_the_launch_made(store, clock):
         run(job_id, store, plan, [aws], JobsFactory(clock, SUCCESS), clock)
 
     assert aws.list_owned_calls == 1  # found by its tags and terminated
-    assert store.get_job(job_id)["status"] == "FAILED"
+    assert store.get_job(job_id).status == "FAILED"
     assert_nothing_left(store, job_id, aws)
 
 
@@ -308,7 +308,7 @@ def test_ctrl_c_during_launch_cancels_and_cleans_up(store, clock):
     with pytest.raises(KeyboardInterrupt):
         run(job_id, store, plan, [aws], JobsFactory(clock, SUCCESS), clock)
 
-    assert store.get_job(job_id)["status"] == "CANCELLED"
+    assert store.get_job(job_id).status == "CANCELLED"
     assert_nothing_left(store, job_id, aws)
 
 
@@ -324,7 +324,7 @@ def test_ctrl_c_while_watching_stops_the_ray_job(store, clock):
     assert display.cancel_asked == 1
     assert jobs.clients[0].stopped == [f"dlrun-{job_id}-1"]  # once: by the watcher, not again at teardown
     assert events(store, job_id, "cancel_requested") == [{"by": "Ctrl-C"}]
-    assert store.get_job(job_id)["status"] == "CANCELLED"
+    assert store.get_job(job_id).status == "CANCELLED"
     assert_nothing_left(store, job_id, aws)
 
 
@@ -343,6 +343,6 @@ def test_cluster_whose_head_never_answers_fails_over(store, clock):
     assert events(store, job_id, "provision_failed") == [{"offer": r1.offer.key, "error": HEAD_SILENT.message}]
     assert len(aws.connections) == 1  # the failed connect opened nothing
     p1, p2 = price(plan.chosen), r2.offer.hourly(r2.spot)
-    assert store.get_job(job_id)["actual_cost"] == pytest.approx((200 * p1 + (200 + 4 * 60) * p2) / 3600,
+    assert store.get_job(job_id).actual_cost == pytest.approx((200 * p1 + (200 + 4 * 60) * p2) / 3600,
                                                                  abs=(p1 + p2) / 3600)
     assert_nothing_left(store, job_id, aws)

@@ -78,12 +78,12 @@ def test_ctrl_c_while_watching_says_what_was_stopped_and_keeps_time_and_cost(sto
     row = store.get_job(job_id)
     assert (res.status, res.exit_code) == ("CANCELLED", 130)
     assert statuses(store, job_id)[-1] == "CANCELLED"
-    assert row["actual_seconds"] > 0 and row["actual_cost"] > 0  # launch + two polls of node time
+    assert row.actual_seconds > 0 and row.actual_cost > 0  # launch + two polls of node time
     assert jobs.clients[0].stopped == [f"dlrun-{job_id}-1"]
     (cluster,) = aws.launched
     line = result_line(store, job_id)
     assert line.startswith(f"{job_id} CANCELLED on aws ")
-    assert line.endswith(f"${row['actual_cost']:.4f} (cancelled with Ctrl-C): Ray job dlrun-{job_id}-1 stopped; "
+    assert line.endswith(f"${row.actual_cost:.4f} (cancelled with Ctrl-C): Ray job dlrun-{job_id}-1 stopped; "
                          f"cluster {cluster} terminated; nothing is left running")
 
 
@@ -95,6 +95,6 @@ def test_ctrl_c_while_launching_is_recorded_with_the_time_spent(store, clock):
         run(job_id, store, plan, [aws], JobsFactory(clock, ["RUNNING"]), clock)
 
     row = store.get_job(job_id)
-    assert row["status"] == "CANCELLED" and row["actual_seconds"] is not None
+    assert row.status == "CANCELLED" and row.actual_seconds is not None
     assert "(interrupted with Ctrl-C)" in result_line(store, job_id)
-    assert json.loads(row["spec_json"])["name"] == spec.name
+    assert json.loads(row.spec_json)["name"] == spec.name

@@ -35,17 +35,6 @@ def test_a_new_job_reads_back_with_typed_empty_values(store):
         job.status = JobStatus.FAILED  # type: ignore[misc]
 
 
-def test_a_record_still_answers_a_row_read_with_the_raw_column(store):
-    """The deprecated bridge for code not yet converted: record["column"] as the row gave it."""
-    job_id = _job(store)
-    store.set_metrics(job_id, {"epoch": 2})
-    job = store.get_job(job_id)
-    assert job["status"] == "PENDING" and job["spot"] is None and job["metrics_json"] == '{"epoch": 2}'
-    assert job.metrics == {"epoch": 2}
-    with pytest.raises(KeyError):
-        job["no_such_column"]
-
-
 def test_a_job_is_found_by_id_prefix_or_name_and_listed_newest_first(store):
     first, second = _job(store), _job(store)
     assert store.get_job(first).id == first and store.get_job(first[:6]) is not None
