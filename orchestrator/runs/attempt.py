@@ -9,7 +9,6 @@ price stored at launch, up to the moment termination was requested.
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import TYPE_CHECKING
 
@@ -23,17 +22,16 @@ from orchestrator.runs.on_cluster import ClusterRun, provider_cleanup, record_te
 from orchestrator.runs.watch import Outcome
 from orchestrator.state.db import new_id
 from orchestrator.states import Ending, JobStatus
+from orchestrator.settings import env_float
 
 if TYPE_CHECKING:
     from infra.base import Cluster, NodeState, Provider
     from infra.catalog import Offer
     from orchestrator.planning.planner import Candidate
 
-HEARTBEAT_TIMEOUT_ENV = "DLRUN_HEARTBEAT_TIMEOUT_S"  # silence after which nodes power off (default 900)
 DEADLINE_MARGIN_S = 1800.0  # a node powers off at the job's deadline plus this, whatever happens
-# a re-attaching supervisor that cannot reach the cloud asks again after 5, 10, 20 ... 120 s, this long
-CLOUD_RETRY_ENV = "DLRUN_CLOUD_RETRY_S"
-CLOUD_RETRY_DEFAULT_S = 900.0
+# a re-attaching supervisor that cannot reach the cloud asks again after 5, 10, 20 ... 120 s, for
+# DLRUN_CLOUD_RETRY_S (settings.py)
 CLOUD_RETRY_FIRST_S, CLOUD_RETRY_MAX_S = 5.0, 120.0
 
 
@@ -176,7 +174,7 @@ def ask_cloud(ctx: AttemptContext, get_provider: GetProvider, cluster: Cluster, 
     from infra.base import ProviderError
     from orchestrator.errors import CloudUnreachableError
 
-    give_up = time.monotonic() + float(os.environ.get(CLOUD_RETRY_ENV, CLOUD_RETRY_DEFAULT_S))
+    give_up = time.monotonic() + env_float("DLRUN_CLOUD_RETRY_S")
     delay, tries = CLOUD_RETRY_FIRST_S, 0
     while True:
         try:
@@ -209,5 +207,5 @@ def ask_cloud(ctx: AttemptContext, get_provider: GetProvider, cluster: Cluster, 
 def watchdog_limits(spec: JobSpec) -> dict:
     """How long a cloud node lives without dlrun's heartbeat, and at most (the deadline plus a margin)."""
     deadline = spec.budget.deadline_seconds
-    return {"heartbeat_timeout_s": int(float(os.environ.get(HEARTBEAT_TIMEOUT_ENV, 900))),
+    return {"heartbeat_timeout_s": int(env_float("DLRUN_HEARTBEAT_TIMEOUT_S")),
             "max_run_s": int(deadline + DEADLINE_MARGIN_S) if deadline else 0}

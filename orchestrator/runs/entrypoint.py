@@ -13,6 +13,7 @@ from pathlib import Path
 import jobs
 from orchestrator.planning.spec import JobSpec
 from orchestrator.state.db import dlrun_home
+from orchestrator.settings import env_str
 
 JOBS_DIR = Path(jobs.__file__).resolve().parent
 EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis"]
@@ -64,12 +65,12 @@ def node_storage_env(checkpoint: str, region: str) -> dict[str, str]:
     if checkpoint.startswith("gs://"):
         # credentials: the node's service account via its metadata server; API_ENDPOINT_OVERRIDE (unlike
         # STORAGE_EMULATOR_HOST) keeps them when the endpoint is not Google's (google-cloud-storage Client)
-        endpoint = os.environ.get("DLRUN_GCS_ENDPOINT")
+        endpoint = env_str("DLRUN_GCS_ENDPOINT")
         return {"API_ENDPOINT_OVERRIDE": endpoint} if endpoint else {}
     if not checkpoint.startswith("s3://"):
         return {}
     env = {"AWS_DEFAULT_REGION": region}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = env_str("AWS_ENDPOINT_URL_S3") or env_str("AWS_ENDPOINT_URL")
     if endpoint:
         env["AWS_ENDPOINT_URL_S3"] = endpoint
     return env

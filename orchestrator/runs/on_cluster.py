@@ -6,7 +6,6 @@ a preemption, the budget, or dlrun itself stopping (an exception: Ending.INTERRU
 """
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -15,6 +14,7 @@ from orchestrator.paths import job_log_path
 from orchestrator.runs import sigterm
 from orchestrator.runs.watch import Outcome, Watcher
 from orchestrator.states import Ending, JobStatus, RayJobStatus
+from orchestrator.settings import env_float
 
 if TYPE_CHECKING:
     from infra.base import Cluster, Connection, Provider
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from orchestrator.runs.ray_jobs import JobsClient
     from orchestrator.state.db import Store
 
-HEARTBEAT_ENV = "DLRUN_HEARTBEAT_S"  # how often dlrun beats a cloud cluster's watchdog (default 60)
 
 
 class ClusterRun:
@@ -116,7 +115,7 @@ class Heartbeat:
 
     def __init__(self, provider: Provider, cluster: Cluster, interval_s: float | None = None):
         self.provider, self.cluster = provider, cluster
-        self.interval_s = interval_s if interval_s is not None else float(os.environ.get(HEARTBEAT_ENV, 60))
+        self.interval_s = interval_s if interval_s is not None else env_float("DLRUN_HEARTBEAT_S")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"heartbeat-{cluster.cluster_id}")
 

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
+from orchestrator.settings import env_str
+
 CACHE_FILE = "packages.json"
 CACHE_SIZE = 256
 IGNORE_GITIGNORE_ENV = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"  # ray_constants.RAY_RUNTIME_ENV_IGNORE_GITIGNORE
@@ -48,7 +50,7 @@ def fingerprint(path: str | Path, *, include_parent_dir: bool, excludes: list[st
     # the digest then covers more files than the package, which only costs a needless rebuild
     names = [p for p in excludes if "/" not in p]
     h = hashlib.sha256(json.dumps([root.name if include_parent_dir else "", sorted(excludes),
-                                   os.environ.get(IGNORE_GITIGNORE_ENV, "0"), ray_version()]).encode())
+                                   env_str(IGNORE_GITIGNORE_ENV), ray_version()]).encode())
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):  # Ray follows links too
         rel = os.path.relpath(dirpath, root)
         dirnames[:] = sorted(d for d in dirnames if not _excluded(d, names))

@@ -8,6 +8,7 @@ from infra import CLOUD_NAMES, capabilities
 from orchestrator.errors import UsageError
 from orchestrator.state.db import Store, default_store
 from orchestrator.state.records import ClusterRecord
+from orchestrator.settings import env_int, env_str
 
 CLOUDS = CLOUD_NAMES
 
@@ -28,18 +29,17 @@ def local_head() -> tuple[str | None, bool]:
     its own recorded head, else DLRUN_RAY_ADDRESS, else a head answering on the dashboard port that
     `dlrun submit` would attach to without owning it (not another user's head it cannot use: a token it
     lacks, another Ray version). (None, False) when none answers."""
-    import os
 
-    from infra.local.head import DEFAULT_DASHBOARD_PORT, recorded_head, why_unusable
+    from infra.local.head import recorded_head, why_unusable
     from infra.reach import dashboard_alive
 
     head = recorded_head()
     if head is not None:
         return head.dashboard_url, bool(head.started_by_dlrun)
-    explicit = os.environ.get("DLRUN_RAY_ADDRESS")
+    explicit = env_str("DLRUN_RAY_ADDRESS")
     if explicit and dashboard_alive(explicit):
         return explicit.rstrip("/"), False
-    url = f"http://127.0.0.1:{os.environ.get('DLRUN_DASHBOARD_PORT', DEFAULT_DASHBOARD_PORT)}"
+    url = f"http://127.0.0.1:{env_int('DLRUN_DASHBOARD_PORT')}"
     if dashboard_alive(url) and why_unusable(url) is None:
         return url, False
     return None, False

@@ -61,7 +61,7 @@ def test_a_supervisor_without_credentials_keeps_the_job_and_its_cluster(store, t
         row = store.get_job(job_id)
         assert row.status == "RECOVERING", row
         recovering = [e for e in store.events(job_id) if e.status == "RECOVERING"]
-        assert len(recovering) == 1 and "cannot reach aws to check cluster c-away-1" in recovering[0]["detail"]
+        assert len(recovering) == 1 and "cannot reach aws to check cluster c-away-1" in recovering[0].detail
         tries = [e.data for e in store.events(job_id) if e.kind == "cloud_unreachable"]
         assert [t["try"] for t in tries] == [1, 2, 3, 4]
         assert [t["retry_in"] for t in tries[:2]] == [5.0, 10.0] and tries[-1]["retry_in"] is None  # backoff

@@ -110,12 +110,10 @@ def test_defaults_are_the_ones_the_code_applies():
     from infra.local.head import DEFAULT_DASHBOARD_PORT
     from infra.vm.bootstrap import NODE_DIR
     from jobs.notice import METADATA_URL
-    from orchestrator.runs.attempt import CLOUD_RETRY_DEFAULT_S
 
     assert int(BY_NAME["DLRUN_DASHBOARD_PORT"].default) == DEFAULT_DASHBOARD_PORT
     assert BY_NAME["DLRUN_NODE_DIR"].default == NODE_DIR
     assert BY_NAME["DLRUN_METADATA_URL"].default == METADATA_URL
-    assert float(BY_NAME["DLRUN_CLOUD_RETRY_S"].default) == CLOUD_RETRY_DEFAULT_S
 
 
 def test_readers_take_the_value_else_the_rows_default(monkeypatch, tmp_path):
