@@ -12,27 +12,15 @@ from infra.base import CapacityError, CredentialsError, QuotaError, QuotaScope
 from orchestrator.cli.render.display import JobView
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_OK, JobFailedError
 from orchestrator.planning import blocks
-from orchestrator.planning.spec import parse_job
 from orchestrator.runs.context import AttemptContext
-from orchestrator.runs.executor import make_plan, record_job
 from orchestrator.runs.run_loop import RunLoop
 from orchestrator.runs.watch import Outcome
 from orchestrator.states import Ending, JobStatus
 from tests.support.fakes_runs import RecordingDisplay, providers
+from tests.support.run_loop import AWS_JOB, new_job
 
-JOB = """
-name: loop-unit
-run: python train.py
-reference: {accelerator: T4, hours: 1}
-resources:
-  clouds: [aws]
-"""
-
-
-def new_loop(store, clock, text=JOB):
-    spec = parse_job(text, "job.yaml")
-    plan = make_plan(spec, store=store)
-    job_id = record_job(spec, plan, store=store)
+def new_loop(store, clock, text=AWS_JOB):
+    spec, plan, job_id = new_job(store, text)
     ctx = AttemptContext(job_id=job_id, spec=spec, store=store, display=RecordingDisplay(),
                          view=JobView(job_id=job_id, name=spec.name), checkpoint="/unused", clock=clock)
     assert plan.chosen is not None
@@ -129,7 +117,7 @@ def test_a_relaunch_recovers_without_counting_or_blocking(store, clock):
 # --- restarts and the end ----------------------------------------------------------------------------
 
 def test_a_failure_restarts_while_restarts_are_left_then_fails_the_job(store, clock):
-    loop, _ = new_loop(store, clock, JOB + "max_restarts_on_errors: 1\n")
+    loop, _ = new_loop(store, clock, AWS_JOB + "max_restarts_on_errors: 1\n")
     loop.attempt = lambda: Outcome(Ending.FAILED, "the job exited with code 3", exit_code=3)  # the next try
 
     with pytest.raises(JobFailedError, match=r"failed on .*\(exit code 3\)"):
