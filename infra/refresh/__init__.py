@@ -4,6 +4,7 @@ DESIGN.md puts these in infra/aws/pricing.py, infra/aws/quotas.py, infra/gcp/pri
 infra/gcp/quotas.py. They live here instead, one package for both clouds, only so that this work did
 not collide with the parallel work in infra/aws/ and infra/gcp/ (issue 24); moving them is a rename.
 
+    sources.py      per cloud: its price kinds, credentials check, clients, quota reads (one table)
     cache.py        $DLRUN_HOME/catalog/*.json: every unit (cloud, kind, region) with its fetch time,
                     source and status; lifetimes per kind; a unit that fails keeps its previous rows
     quotas.py       the Quota record, which quotas an offer draws on, and whether it can launch now

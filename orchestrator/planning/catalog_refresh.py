@@ -13,40 +13,36 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
-from infra.refresh import aws_quotas, cache, gcp_quotas
+from infra.refresh import cache
 from infra.refresh.clients import (AwsClients, GcpClients, aws_credentials_configured,
                                    gcp_credentials_configured)
-from infra.refresh.quotas import GLOBAL, QuotaBook
+from infra.refresh.quotas import QuotaBook
+from infra.refresh.sources import SOURCES
 from infra.spot_zones import home_zone_prices_path
 
 WORKERS = 16
 # the clouds whose APIs dlrun reads prices and quotas from, with the kinds of price source each has
-KINDS = {"aws": ("specs", "offerings", "ondemand", "spot"), "gcp": ("specs", "offerings", "ondemand")}
+KINDS = {cloud: source.kinds for cloud, source in SOURCES.items()}
 
 
 # ---- quotas -----------------------------------------------------------------------------------------
 
-def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None, aws=None, gcp=None,
-               progress=None, fetch: bool = True) -> QuotaBook:
+def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None,
+               clients: dict[str, Any] | None = None, progress=None, fetch: bool = True) -> QuotaBook:
     """The quotas of these (cloud -> regions), read again where older than max_age_s (default: the kind's
-    lifetime), in parallel. A cloud without credentials is "not checked", with the reason."""
+    lifetime), in parallel; `clients` (cloud -> its clients) replaces the default ones. A cloud without
+    credentials is "not checked", with the reason."""
     book = QuotaBook()
     jobs: list[tuple[str, list[str]]] = []
     for cloud, wanted in regions.items():
-        if cloud not in KINDS or not wanted:
+        if cloud not in SOURCES or not wanted:
             continue
-        units = cache.load(cloud, "quotas")
-        need = set(wanted) | ({GLOBAL} if cloud == "gcp" else set())
-        for r in need:
-            if r in units:
-                book.units[(cloud, r)] = units[r]
-        launch = max_age_s is not None and max_age_s <= cache.LAUNCH_QUOTA_AGE_S
-        stale = sorted(r for r in need if r not in units or not (
-            units[r].fresh(max_age_s) or (not launch and units[r].failed_recently())))
+        stale = _stale_quotas(book, cloud, wanted, max_age_s)
         if not stale or not fetch:
             continue
-        why_not = aws_credentials_configured() if cloud == "aws" else gcp_credentials_configured()
+        why_not = SOURCES[cloud].credentials()
         if why_not:
             book.unchecked[cloud] = why_not
         else:
@@ -57,19 +53,12 @@ def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None, 
         progress("reading quotas: " + ", ".join(f"{c} {len(rs)} region{'s' if len(rs) != 1 else ''}"
                                                 for c, rs in jobs))
     futures = []
+    given = clients or {}
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         for cloud, stale in jobs:
-            if cloud == "aws":
-                aws = aws or AwsClients()
-                futures += [(cloud, pool.submit(lambda r=r, c=aws: {r: aws_quotas.read_region(c, r)}))
-                            for r in stale]
-                continue
-            gcp = gcp or GcpClients()
-            regional = [r for r in stale if r != GLOBAL]
-            if regional:
-                futures.append((cloud, pool.submit(gcp_quotas.read_regions, gcp, regional)))
-            if GLOBAL in stale:
-                futures.append((cloud, pool.submit(lambda c=gcp: {GLOBAL: gcp_quotas.read_project(c)})))
+            source = SOURCES[cloud]
+            made = given.get(cloud) or source.clients()
+            futures += [(cloud, pool.submit(read)) for read in source.quota_reads(made, stale)]
         results: dict[str, dict[str, cache.Unit]] = {}
         for cloud, f in futures:
             results.setdefault(cloud, {}).update(f.result())
@@ -80,18 +69,30 @@ def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None, 
     return book
 
 
+def _stale_quotas(book: QuotaBook, cloud: str, wanted: set[str], max_age_s: float | None) -> list[str]:
+    """The quota units of a cloud to read again; the cached ones (stale or not) go into the book."""
+    units = cache.load(cloud, "quotas")
+    need = set(wanted) | SOURCES[cloud].quota_units
+    for r in need:
+        if r in units:
+            book.units[(cloud, r)] = units[r]
+    launch = max_age_s is not None and max_age_s <= cache.LAUNCH_QUOTA_AGE_S
+    return sorted(r for r in need if r not in units or not (
+        units[r].fresh(max_age_s) or (not launch and units[r].failed_recently())))
+
+
 # ---- the whole catalog --------------------------------------------------------------------------------
 
 def stale_refreshed(clouds) -> tuple[tuple[str, ...], list[str]]:
     """Of these clouds, those refreshed before (a cached price list) with a source past its lifetime, and the
-    AWS regions refreshed before (a plan's refresh reads those again, no others)."""
+    regions of per-region price sources (AWS) refreshed before (a plan's refresh reads those again, no others)."""
     stale, regions = [], set()
     for cloud in clouds:
         if cloud not in KINDS or not cache.path(cloud, "ondemand").exists():
             continue
         for kind in KINDS[cloud]:
             units = cache.load(cloud, kind)
-            if cloud == "aws":
+            if SOURCES[cloud].regional_prices:
                 regions |= set(units)
             if any(not u.fresh() for u in units.values()):
                 stale.append(cloud)
@@ -163,8 +164,9 @@ def refresh_catalog(clouds=tuple(KINDS), regions: list[str] | None = None, *, ma
             report.results.append(SourceResult(cloud, kind, region, "fresh", len(u.rows), u.age_s()))
             return False
         if u is not None and max_age is None and u.failed_recently():  # a plan: not again every time
+            tried = cache.age_words(time.time() - u.tried_at)
             report.results.append(SourceResult(cloud, kind, region, "kept" if u.fetched_at else "failed",
-                                               len(u.rows), u.age_s(), f"{u.error}, {cache.age_words(time.time() - u.tried_at)} ago"))
+                                               len(u.rows), u.age_s(), f"{u.error}, {tried} ago"))
             return False
         return True
 

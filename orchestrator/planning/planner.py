@@ -89,8 +89,9 @@ class Plan:
             return "nothing fits: " + " ".join(self.retired)
         if self.quota_raise:
             from infra.refresh.quotas import raise_hint
+            from infra.refresh.sources import SOURCE_CLOUDS
 
-            clouds = [c for c in ("aws", "gcp") if any(q.startswith(c + " ") for q in self.quota_raise)]
+            clouds = [c for c in SOURCE_CLOUDS if any(q.startswith(c + " ") for q in self.quota_raise)]
             return ("nothing fits: this account's quotas rule out every candidate that would run it; raise "
                     + "; or ".join(self.quota_raise) + " — " + "; ".join(raise_hint(c) for c in clouds))
         return "nothing fits: no candidate can run this job (see 'why excluded'); relax resources or clouds"

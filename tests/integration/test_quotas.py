@@ -126,7 +126,8 @@ def test_throttling_and_missing_metrics_are_unknown_never_zero(account, tmp_path
     from orchestrator.planning.catalog_refresh import quota_book
 
     offers = load_offers()
-    book = quota_book({"aws": {"us-east-1", "us-west-2"}, "gcp": {"us-central1"}}, aws=AwsClients(max_attempts=1))
+    book = quota_book({"aws": {"us-east-1", "us-west-2"}, "gcp": {"us-central1"}},
+                      clients={"aws": AwsClients(max_attempts=1)})
     g4dn = next(o for o in offers if o.key == "aws/us-east-1/g4dn.xlarge")
     assert book.blocked(g4dn, spot=False) is None and "throttled" in book.unknown(g4dn, False)[0]
     assert book.blocked(next(o for o in offers if o.key == "aws/us-west-2/g4dn.xlarge"), spot=False)
@@ -217,9 +218,10 @@ def test_a_failed_quota_read_is_not_retried_by_every_plan_but_is_before_a_launch
     from orchestrator.planning.catalog_refresh import quota_book
 
     aws.throttle("us-east-1", 1000)
-    quota_book({"aws": {"us-east-1"}}, aws=AwsClients(max_attempts=1))
+    quota_book({"aws": {"us-east-1"}}, clients={"aws": AwsClients(max_attempts=1)})
     n = len(aws.calls)
-    book = quota_book({"aws": {"us-east-1"}}, aws=AwsClients(max_attempts=1))          # the next plan: not again
+    book = quota_book({"aws": {"us-east-1"}}, clients={"aws": AwsClients(max_attempts=1)})  # the next plan: not again
     assert len(aws.calls) == n and "throttled" in book.units[("aws", "us-east-1")].error
-    quota_book({"aws": {"us-east-1"}}, aws=AwsClients(max_attempts=1), max_age_s=cache.LAUNCH_QUOTA_AGE_S)
+    quota_book({"aws": {"us-east-1"}}, clients={"aws": AwsClients(max_attempts=1)},
+               max_age_s=cache.LAUNCH_QUOTA_AGE_S)
     assert len(aws.calls) > n                                                             # a launch: again
