@@ -7,7 +7,6 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -15,7 +14,7 @@ from orchestrator.cli.main import main
 from orchestrator.paths import job_log_path
 from orchestrator.state.db import default_store
 from orchestrator.states import JobStatus
-from tests.support.http import LocalHttpServer
+from tests.support.http import LocalHttpServer, QuietHandler
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d$")
 
@@ -206,16 +205,9 @@ def test_schedule_list_json_uses_iso_times_and_null(capsys, tmp_path):
 @pytest.fixture
 def foreign_head(monkeypatch):
     """An HTTP server that answers like a Ray dashboard (/api/version): a head someone else started."""
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
-            body = json.dumps({"ray_version": "2.60.0", "version": "2"}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
+            self.reply(200, json.dumps({"ray_version": "2.60.0", "version": "2"}).encode(), "application/json")
 
     server = LocalHttpServer(Handler).start()
     monkeypatch.setenv("DLRUN_DASHBOARD_PORT", str(server.port))

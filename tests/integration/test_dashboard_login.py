@@ -11,13 +11,12 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from infra.auth import LOCAL, ensure_token
-from tests.support.http import LocalHttpServer
+from tests.support.http import LocalHttpServer, QuietHandler
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,19 +30,15 @@ def head(tmp_path, monkeypatch):
     token = ensure_token(LOCAL)
     seen = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
             cookie = self.headers.get("Cookie") or ""
             seen.append((self.path, cookie))
             ok = self.path == "/api/version" or f"ray-authentication-token={token}" in cookie
-            body = json.dumps({"ray_version": "2.60.0"}).encode() if ok else b"Unauthorized"
-            self.send_response(200 if ok else 401)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
+            if ok:
+                self.reply(200, json.dumps({"ray_version": "2.60.0"}).encode(), "application/json")
+            else:
+                self.reply(401, b"Unauthorized", "text/plain")
 
     server = LocalHttpServer(Handler).start()
     url = server.endpoint
