@@ -88,7 +88,9 @@ class FakeBackend(Provider):
 
     As the real providers do: launch() is idempotent by cluster id only in that a Leak leaves a cluster
     that list_owned() finds; terminate() is safe twice; status() says `gone` for a terminated cluster.
-    Not reproduced: cloud latency, partial node failures within a launch, the watchdog heartbeat's effect."""
+    Not reproduced: cloud latency, partial node failures within a launch, the watchdog heartbeat's effect.
+    submission_extras and kept_resources are the contract's defaults (a backend of dlrun's own clusters that
+    keeps nothing between them)."""
 
     def __init__(self, name: str, script=None, *, default=None, clock: FakeClock | None = None,
                  launch_seconds: float = 0.0, launched_at_offset: float = 0.0, connect_errors=(),
@@ -120,14 +122,8 @@ class FakeBackend(Provider):
         if self.preflight_error is not None:
             raise self.preflight_error
 
-    def submission_extras(self, offer, workers: int, cluster: Cluster) -> dict:
-        return {}  # a backend of dlrun's own clusters: nothing to add
-
     def heartbeat(self, cluster: Cluster) -> None:
         self.heartbeats += 1
-
-    def kept_resources(self) -> list[str]:
-        return []  # nothing shared between clusters (AWS keeps its VPC)
 
     def _next(self, request):
         if callable(self.script):
