@@ -13,15 +13,14 @@ from orchestrator.cost import CostMeter, node_seconds_cost
 from orchestrator.paths import job_log_path
 from orchestrator.runs import sigterm
 from orchestrator.runs.watch import Outcome, Watcher
-from orchestrator.states import Ending, JobStatus, RayJobStatus
 from orchestrator.settings import env_float
+from orchestrator.states import Ending, JobStatus, RayJobStatus
 
 if TYPE_CHECKING:
     from infra.base import Cluster, Connection, Provider
     from orchestrator.runs.context import AttemptContext
     from orchestrator.runs.ray_jobs import JobsClient
     from orchestrator.state.db import Store
-
 
 
 class ClusterRun:
