@@ -21,6 +21,17 @@ def free_port(preferred: int | None = None) -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
+    """count distinct free ports, none of them in taken: the kernel may hand the same one out twice in a row,
+    and a Ray node whose servers were given one port twice exits at start."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports and port not in taken:
+            ports.append(port)
+    return ports
+
+
 def port_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

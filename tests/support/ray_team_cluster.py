@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.reach import free_port, wait_dashboard
+from infra.reach import HeadExited, free_ports, wait_dashboard
 
 
 @dataclass
@@ -109,11 +109,18 @@ def _ray() -> list[str]:
     return [str(Path(sys.executable).parent / "ray")]
 
 
-def _ports() -> list[str]:
+def _ports(*taken: int) -> list[str]:
     # Ray's fixed defaults (agent 52365, ...) clash with every other Ray on this machine
-    return [f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}", f"--node-manager-port={free_port()}",
-            f"--object-manager-port={free_port()}", f"--metrics-export-port={free_port()}"]
+    flags = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+             "--node-manager-port", "--object-manager-port", "--metrics-export-port")
+    return [f"{flag}={port}" for flag, port in zip(flags, free_ports(len(flags), taken), strict=True)]
+
+
+def _log_tail(log: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def _spawn(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
@@ -123,8 +130,21 @@ def _spawn(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
 
 
 def start_team_cluster(*, head_cpus: int = 1, head_gpus: int = 0, head_resources: dict | None = None,
-                       timeout: float = 120.0) -> TeamCluster:
-    """A token-auth head on free ports (no GPUs unless asked); add workers with add_worker()."""
+                       timeout: float = 120.0, tries: int = 3) -> TeamCluster:
+    """A token-auth head on free ports (no GPUs unless asked); add workers with add_worker().
+
+    A port picked free can be taken by another process's connection before Ray binds it, and Ray's head then
+    exits at once: such a head is started again on fresh ports; the last failure carries the head's log."""
+    for attempt in range(tries):
+        try:
+            return _start_head(head_cpus, head_gpus, head_resources, timeout)
+        except HeadExited:
+            if attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_head(head_cpus: int, head_gpus: int, head_resources: dict | None, timeout: float) -> TeamCluster:
     temp_dir = tempfile.mkdtemp(prefix="dlrun-team-", dir="/tmp")  # short: Ray's socket paths are limited
     token_file = Path(temp_dir) / "token"
     token_file.write_text(secrets.token_hex(32))
@@ -133,19 +153,23 @@ def start_team_cluster(*, head_cpus: int = 1, head_gpus: int = 0, head_resources
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "DLRUN_"))}
     env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file),
                PATH=f"{venv_bin}{os.pathsep}{env.get('PATH', '')}")
-    gcs_port, dash_port = free_port(), free_port()
+    gcs_port, dash_port, client_port = free_ports(3)
     cluster = TeamCluster(address=f"http://127.0.0.1:{dash_port}", gcs=f"127.0.0.1:{gcs_port}",
                           token_file=token_file, temp_dir=temp_dir, env=env)
     cmd = [*_ray(), "start", "--head", "--block", "--disable-usage-stats", f"--port={gcs_port}",
            "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
            "--include-dashboard=true", f"--temp-dir={temp_dir}", f"--num-cpus={head_cpus}", f"--num-gpus={head_gpus}",
            f"--resources={json.dumps(head_resources or {})}",
-           f"--ray-client-server-port={free_port()}", *_ports()]
-    cluster.nodes["head"] = _spawn(cmd, env, Path(temp_dir) / "head.log")
+           f"--ray-client-server-port={client_port}", *_ports(gcs_port, dash_port, client_port)]
+    log = Path(temp_dir) / "head.log"
+    cluster.nodes["head"] = _spawn(cmd, env, log)
     try:
-        wait_dashboard(cluster.address, timeout, proc=cluster.nodes["head"], what="the team's Ray head",
-                       log_hint=f"; see {temp_dir}/head.log")
+        wait_dashboard(cluster.address, timeout, proc=cluster.nodes["head"], what="the team's Ray head")
         cluster.wait_nodes(1, timeout, proc=cluster.nodes["head"])  # the state API lists it a moment later
+    except HeadExited as exc:
+        tail = _log_tail(log)  # read before stop() removes the temp dir
+        cluster.stop()
+        raise HeadExited(f"{exc}; its log ends:\n{tail}", cloud="local") from exc
     except BaseException:
         cluster.stop()
         raise
