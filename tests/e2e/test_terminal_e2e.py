@@ -7,6 +7,7 @@ import os
 import pty
 import re
 import select
+import signal
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,9 @@ class Terminal:
     def __init__(self, argv: list[str], env: dict):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: dlrun, as a user starts it
+            # from an interactive shell, which gives its foreground command Ctrl-C's default; a test run started
+            # in the background (`cmd &` in a script) ignores SIGINT, and an ignored signal stays ignored over exec
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.chdir(ROOT)
             os.execve(sys.executable, [sys.executable, "-m", "orchestrator.cli", *argv], env)
         self.raw = b""
