@@ -161,7 +161,7 @@ def print_logs(job_id: str, follow: bool = False, raw: bool = False, poll_s: flo
     job = _job(store, job_id)
     for text in read_log(store, job.id, follow=follow, poll_s=poll_s):
         _write_log(text, raw)
-    job = store.get_job(job.id)
+    job = _job(store, job.id)  # as it is now the log is read (with follow: ended)
     if not follow:
         if job.live and not job_log_path(job.id).exists():
             click.echo(f"(job {job.id} is {job.status}; no output yet)", err=True)
