@@ -153,7 +153,7 @@ def _set_seed(seed: int) -> None:
 
 
 def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state()}
+    state: dict[str, torch.Tensor | list[torch.Tensor]] = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
