@@ -14,8 +14,9 @@ Files are named epoch-000007.pt (7 epochs done), or epoch-000007-step-000012.pt 
 steps of the 8th: written when a preemption notice stops the job mid-epoch); the newest two are
 kept. Every write is atomic: a local file is written to a temporary name and renamed with
 os.replace; an S3/GCS object appears whole or not at all (one PUT). The newest checkpoint that
-reads back whole is what resumes. S3 honours AWS_ENDPOINT_URL (and AWS_ENDPOINT_URL_S3), so it also works against moto or MinIO;
-GCS honours STORAGE_EMULATOR_HOST (and API_ENDPOINT_OVERRIDE, which keeps the node's credentials).
+reads back whole is what resumes. S3 honours AWS_ENDPOINT_URL (and AWS_ENDPOINT_URL_S3), so it also
+works against moto or MinIO; GCS honours STORAGE_EMULATOR_HOST (and API_ENDPOINT_OVERRIDE, which keeps
+the node's credentials).
 """
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ class LocalCheckpoints(Checkpoints):
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise CheckpointError(f"cannot create checkpoint directory {self.path}: {e.strerror}")
+            raise CheckpointError(f"cannot create checkpoint directory {self.path}: {e.strerror}") from e
         fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:

@@ -28,11 +28,12 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
-    digits = load_digits()
-    images = (digits.images / 16.0).astype(np.float32)  # (1797, 8, 8)
-    labels = digits.target.astype(np.int64)
-    return tuple(train_test_split(images, labels, test_size=TEST_FRACTION,
-                                  random_state=SPLIT_SEED, stratify=labels))
+    pixels, target = load_digits(return_X_y=True)  # the images flattened: (1797, 64)
+    images = (pixels.reshape(-1, 8, 8) / 16.0).astype(np.float32)
+    labels = target.astype(np.int64)
+    parts = train_test_split(images, labels, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=labels)
+    train_x, test_x, train_y, test_y = (np.asarray(p) for p in parts)  # arrays in, arrays out (typed as lists too)
+    return train_x, test_x, train_y, test_y
 
 
 def _split(transform) -> Split:

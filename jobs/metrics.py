@@ -107,7 +107,7 @@ def _gpu_stats() -> dict:
     torch = sys.modules.get("torch")  # never import torch just for this
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return {}
-    stats = {"gpu_memory_bytes": int(torch.cuda.memory_reserved())}
+    stats: dict[str, float] = {"gpu_memory_bytes": int(torch.cuda.memory_reserved())}
     try:
         stats["gpu_utilization"] = float(torch.cuda.utilization())  # needs nvidia-ml-py
     except Exception:

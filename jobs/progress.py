@@ -24,6 +24,7 @@ import ast
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -60,7 +61,7 @@ class Bar:
 @dataclass
 class ProgressReader:
     """Feed it the job's output (any chunks, `\\r` updates included); `snapshot()` says how far it is."""
-    clock: object = time.monotonic
+    clock: Callable[[], float] = time.monotonic
     share: float | None = None  # of the whole run, 0-1
     epoch: int | None = None  # epochs finished or under way, counted from 1
     epochs: int | None = None

@@ -53,8 +53,11 @@ def train_with_ray(job: Job, cfg: TrainConfig) -> dict:
     outcome = trainer.fit()
     if outcome.error is not None:
         raise outcome.error
-    result = ray.get(result_box.get.remote())
-    return {**result, "worker_nodes": ray.get(result_box.nodes.remote())} if result else result
+    result_ref: ray.ObjectRef[dict | None] = result_box.get.remote()
+    result = ray.get(result_ref)
+    if result is None:  # rank 0 puts its result before its worker returns: fit() would have raised
+        raise RuntimeError("Ray Train finished without the result of rank 0")
+    return {**result, "worker_nodes": ray.get(result_box.nodes.remote())}
 
 
 def _alive_nodes() -> int:

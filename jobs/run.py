@@ -21,6 +21,6 @@ def run_job(job: Job, argv: list[str] | None = None) -> dict:
             result = train(job, cfg)
     except (CheckpointError, JobConfigError) as e:
         print(f"{job.name}: error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     report_result(**result)
     return result

@@ -79,12 +79,14 @@ def run(command: list[str]) -> int:
     every = EMIT_PROBE_S if probing() else EMIT_S
     out = sys.stdout.fileno()
     exact, line_open, last_emit, seen = False, False, 0.0, ""
+    stdout = child.stdout
+    assert stdout is not None  # stdout=PIPE
     sel = selectors.DefaultSelector()
-    sel.register(child.stdout, selectors.EVENT_READ)
+    sel.register(stdout, selectors.EVENT_READ)
     try:
         while True:
             sel.select()
-            chunk = os.read(child.stdout.fileno(), 65536)
+            chunk = os.read(stdout.fileno(), 65536)
             if not chunk:
                 break
             _write(out, chunk)

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from jobs.checkpoint import CHECKPOINT_ENV, CheckpointError, open_checkpoints
+from jobs.checkpoint import CHECKPOINT_ENV, CheckpointError, Checkpoints, open_checkpoints
 from jobs.data import Split
 from jobs.metrics import report, report_event
 from jobs.notice import PreemptionNotice
@@ -153,7 +153,7 @@ def _set_seed(seed: int) -> None:
 
 
 def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state()}
+    state: dict[str, torch.Tensor | list[torch.Tensor]] = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -200,10 +200,10 @@ def train(job: Job, cfg: TrainConfig, where: Rank | None = None) -> dict:
             notice.uninstall()
 
 
-def _load_latest(store, where: Rank, device: torch.device) -> dict | None:
+def _load_latest(store: Checkpoints, where: Rank, device: torch.device) -> dict | None:
     """The newest checkpoint; in a data-parallel group rank 0 reads it and sends it to all (the
     other ranks may sit on nodes that cannot see a local checkpoint directory)."""
-    state = store.load_latest() if store is not None and where.is_main else None
+    state = store.load_latest() if where.is_main else None
     if where.world_size > 1:
         box = [state]
         torch.distributed.broadcast_object_list(box, src=0,
@@ -212,113 +212,171 @@ def _load_latest(store, where: Rank, device: torch.device) -> dict | None:
     return state
 
 
+@dataclass(frozen=True)
+class _Resume:
+    """Where a checkpoint left the run."""
+    epoch: int  # epochs done
+    step: int  # steps of the next epoch done (a preemption notice stopped it there)
+    loss_sum: float  # the loss summed over those steps
+
+
+@dataclass
+class _Training:
+    """One run's model, optimiser, checkpoints and history, as each epoch uses them."""
+    job: Job
+    cfg: TrainConfig
+    where: Rank
+    device: torch.device
+    precision: Precision
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    store: Checkpoints | None
+    notice: PreemptionNotice | None
+    started: float  # time.perf_counter() at the start
+    net: nn.Module | None = None  # the model, wrapped for data parallelism where there are several ranks
+    history: list[dict] = field(default_factory=list)
+    loss_fn: nn.Module = field(default_factory=nn.CrossEntropyLoss)
+
+    def saved_state(self, done_epochs: int, step: int = 0, loss_so_far: float = 0.0) -> dict:
+        return {"job": self.job.name, "epoch": done_epochs, "step": step, "loss_sum": loss_so_far,
+                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(), "rng": _rng_state(), "history": self.history,
+                "seed": self.cfg.seed}
+
+    def resume(self) -> _Resume | None:
+        """Load the newest checkpoint into the model, optimiser, RNG and history (None: start afresh)."""
+        if self.store is None:
+            return None
+        state = _load_latest(self.store, self.where, self.device)
+        if state is None:
+            return None
+        if state.get("job") != self.job.name:
+            raise CheckpointError(f"the checkpoint at {self.store.location} belongs to job "
+                                  f"{state.get('job')!r}, not {self.job.name!r}: use another "
+                                  "--checkpoint-dir")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        # the precision may differ after a move (fp16 on a T4 -> bf16 on an A100)
+        if state["scaler"] and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["scaler"])
+        _restore_rng(state["rng"])
+        self.history = list(state["history"])
+        resume = _Resume(epoch=int(state["epoch"]), step=int(state.get("step", 0)),
+                         loss_sum=float(state.get("loss_sum", 0.0)))
+        if self.where.is_main:
+            report_event("resumed", epoch=resume.epoch, step=resume.step, checkpoint=self.store.location)
+        return resume
+
+    def run_epoch(self, data: Split, epoch: int, resume: _Resume | None) -> float:
+        """Train one epoch (from the step a mid-epoch checkpoint stopped at), evaluate, checkpoint and
+        report it; returns its training samples per second."""
+        order = _epoch_order(len(data.train_x), self.cfg.seed, epoch, self.where).to(self.device)
+        skip = resume.step if resume is not None and epoch == resume.epoch + 1 else 0
+        if not skip:  # resuming mid-epoch: the checkpoint's RNG state is where this epoch left it
+            _set_seed(epoch_seed(self.cfg.seed, epoch, self.where.rank))
+        tick = time.perf_counter()
+        loss_sum = self._train_steps(data, epoch, order, skip, resume.loss_sum if resume and skip else 0.0)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        trained = len(order) - min(skip * self.cfg.batch_size, len(order))
+        samples_per_s = trained * self.where.world_size / (time.perf_counter() - tick)
+        self._end_epoch(data, epoch, loss_sum.item() / len(order), samples_per_s)
+        return samples_per_s
+
+    def _train_steps(self, data: Split, epoch: int, order: torch.Tensor, skip: int,
+                     loss_start: float) -> torch.Tensor:
+        """The epoch's optimiser steps after the first `skip`; the loss summed over the epoch's samples."""
+        net = self.net if self.net is not None else self.model
+        net.train()
+        loss_sum = torch.full((), loss_start, device=self.device)
+        batches = range(0, len(order), self.cfg.batch_size)
+        for step, i in enumerate(batches, start=1):
+            if step <= skip:
+                continue
+            idx = order[i:i + self.cfg.batch_size]
+            loss_sum += self._step(net, data.train_x[idx], data.train_y[idx]) * len(idx)
+            if step < len(batches):  # the epoch's last step: its end checkpoints it
+                self._stop_on_notice(epoch - 1, step, loss_sum)
+        return loss_sum
+
+    def _step(self, net: nn.Module, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        with self.precision.autocast(self.device):
+            loss = self.loss_fn(net(xb), yb)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler.is_enabled():
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        return loss.detach()
+
+    def _stop_on_notice(self, done_epochs: int, step: int, loss_sum: torch.Tensor) -> None:
+        """A preemption notice arrived: checkpoint this step and stop (notice.stopped exits)."""
+        if self.notice is None or self.store is None or not self.notice.pending:
+            return
+        location = self.store.save(self.saved_state(done_epochs, step, loss_sum.item()), done_epochs, step)
+        self.notice.stopped(epoch=done_epochs, step=step, checkpoint=location)
+
+    def _end_epoch(self, data: Split, epoch: int, loss: float, samples_per_s: float) -> None:
+        val_loss, accuracy = evaluate(self.model, data.test_x, data.test_y, self.precision, self.device)
+        metrics = {"epoch": epoch, "epochs": self.cfg.epochs, "loss": loss, "val_loss": val_loss,
+                   "accuracy": accuracy, "samples_per_s": round(samples_per_s, 1),
+                   "elapsed_s": round(time.perf_counter() - self.started, 3)}
+        self.history.append(metrics)
+        if not self.where.is_main:
+            return
+        location = self.store.save(self.saved_state(epoch), epoch) if self.store else None
+        report(**metrics)
+        if self.notice is not None and self.notice.pending and epoch < self.cfg.epochs:
+            self.notice.stopped(epoch=epoch, step=0, checkpoint=location)
+
+    def result(self, resume: _Resume | None, run_rates: list[float]) -> dict:
+        final = self.history[-1] if self.history else {}
+        return {"job": self.job.name, "accuracy": final.get("accuracy"), "val_loss": final.get("val_loss"),
+                "loss": final.get("loss"), "epochs": self.cfg.epochs, "epochs_run": len(run_rates),
+                "resumed_from": resume.epoch if resume is not None else None,
+                "samples_per_s": round(sum(run_rates) / len(run_rates), 1) if run_rates else None,
+                "elapsed_s": round(time.perf_counter() - self.started, 3), "device": self.device.type,
+                "precision": self.precision.name, "world_size": self.where.world_size, "seed": self.cfg.seed,
+                "checkpoint": self.store.location if self.store else None}
+
+
+def _epoch_order(samples: int, seed: int, epoch: int, where: Rank) -> torch.Tensor:
+    """The epoch's shuffle of the training samples; with several ranks, this rank's equal shard of it
+    (every rank runs the same number of steps)."""
+    order = torch.randperm(samples, generator=torch.Generator().manual_seed(epoch_seed(seed, epoch)))
+    if where.world_size > 1:
+        per_rank = len(order) // where.world_size
+        order = order[where.rank::where.world_size][:per_rank]
+    return order
+
+
+def _on_device(data: Split, device: torch.device) -> Split:
+    return Split(data.train_x.to(device), data.train_y.to(device), data.test_x.to(device), data.test_y.to(device))
+
+
 def _train(job: Job, cfg: TrainConfig, where: Rank, device: torch.device,
            notice: PreemptionNotice | None = None) -> dict:
     started = time.perf_counter()
     precision = resolve_precision(cfg.precision, device)
-
-    data = job.load_data()
-    train_x, train_y = data.train_x.to(device), data.train_y.to(device)
-    test_x, test_y = data.test_x.to(device), data.test_y.to(device)
-
+    data = _on_device(job.load_data(), device)
     _set_seed(cfg.seed)
     model = job.build_model().to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=job.weight_decay)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision.name == "fp16")
-
-    store = open_checkpoints(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-    history: list[dict] = []
-    start_epoch, resume_step = 0, 0
-    state = _load_latest(store, where, device)
-    if state is not None:
-        if state.get("job") != job.name:
-            raise CheckpointError(f"the checkpoint at {store.location} belongs to job "
-                                  f"{state.get('job')!r}, not {job.name!r}: use another "
-                                  "--checkpoint-dir")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        # the precision may differ after a move (fp16 on a T4 -> bf16 on an A100)
-        if state["scaler"] and scaler.is_enabled():
-            scaler.load_state_dict(state["scaler"])
-        _restore_rng(state["rng"])
-        history = list(state["history"])
-        start_epoch = int(state["epoch"])
-        resume_step = int(state.get("step", 0))  # steps of epoch start_epoch+1 done (a notice stopped it)
-        if where.is_main:
-            report_event("resumed", epoch=start_epoch, step=resume_step, checkpoint=store.location)
+    run = _Training(job, cfg, where, device, precision, model,
+                    optimizer=torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=job.weight_decay),
+                    scaler=torch.amp.GradScaler(device.type, enabled=precision.name == "fp16"),
+                    store=open_checkpoints(cfg.checkpoint_dir) if cfg.checkpoint_dir else None,
+                    notice=notice, started=started)
+    resume = run.resume()
     if where.world_size > 1:
         ids = [device.index] if device.type == "cuda" else None
-        net: nn.Module = nn.parallel.DistributedDataParallel(model, device_ids=ids)
-    else:
-        net = model
-
-    loss_fn = nn.CrossEntropyLoss()
-    run_rates = []
-
-    def saved_state(done_epochs: int, step: int = 0, loss_so_far: float = 0.0) -> dict:
-        return {"job": job.name, "epoch": done_epochs, "step": step, "loss_sum": loss_so_far,
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                "rng": _rng_state(), "history": history, "seed": cfg.seed}
-
-    for epoch in range(start_epoch + 1, cfg.epochs + 1):
-        order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(
-            epoch_seed(cfg.seed, epoch))).to(device)
-        if where.world_size > 1:  # equal shards, so every rank runs the same number of steps
-            per_rank = len(order) // where.world_size
-            order = order[where.rank::where.world_size][:per_rank]
-        skip = resume_step if epoch == start_epoch + 1 else 0
-        if not skip:  # resuming mid-epoch: the checkpoint's RNG state is where this epoch left it
-            _set_seed(epoch_seed(cfg.seed, epoch, where.rank))
-
-        net.train()
-        loss_sum = torch.full((), float(state.get("loss_sum", 0.0)) if skip else 0.0, device=device)
-        tick = time.perf_counter()
-        batches = range(0, len(order), cfg.batch_size)
-        for step, i in enumerate(batches, start=1):
-            if step <= skip:
-                continue
-            idx = order[i:i + cfg.batch_size]
-            xb, yb = train_x[idx], train_y[idx]
-            with precision.autocast(device):
-                loss = loss_fn(net(xb), yb)
-            optimizer.zero_grad(set_to_none=True)
-            if scaler.is_enabled():
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
-            loss_sum += loss.detach() * len(idx)
-            if notice is not None and notice.pending and step < len(batches):
-                location = store.save(saved_state(epoch - 1, step, loss_sum.item()), epoch - 1, step)
-                notice.stopped(epoch=epoch - 1, step=step, checkpoint=location)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        train_seconds = time.perf_counter() - tick
-        samples_per_s = (len(order) - min(skip * cfg.batch_size, len(order))) * where.world_size / train_seconds
-        run_rates.append(samples_per_s)
-
-        val_loss, accuracy = evaluate(model, test_x, test_y, precision, device)
-        metrics = {"epoch": epoch, "epochs": cfg.epochs,
-                   "loss": loss_sum.item() / len(order), "val_loss": val_loss,
-                   "accuracy": accuracy, "samples_per_s": round(samples_per_s, 1),
-                   "elapsed_s": round(time.perf_counter() - started, 3)}
-        history.append(metrics)
-        if where.is_main:
-            location = store.save(saved_state(epoch), epoch) if store else None
-            report(**metrics)
-            if notice is not None and notice.pending and epoch < cfg.epochs:
-                notice.stopped(epoch=epoch, step=0, checkpoint=location)
-
-    final = history[-1] if history else {}
-    return {"job": job.name, "accuracy": final.get("accuracy"), "val_loss": final.get("val_loss"),
-            "loss": final.get("loss"), "epochs": cfg.epochs, "epochs_run": len(run_rates),
-            "resumed_from": start_epoch if state is not None else None,
-            "samples_per_s": round(sum(run_rates) / len(run_rates), 1) if run_rates else None,
-            "elapsed_s": round(time.perf_counter() - started, 3), "device": device.type,
-            "precision": precision.name, "world_size": where.world_size, "seed": cfg.seed,
-            "checkpoint": store.location if store else None}
+        run.net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    first = resume.epoch + 1 if resume is not None else 1
+    run_rates = [run.run_epoch(data, epoch, resume) for epoch in range(first, cfg.epochs + 1)]
+    return run.result(resume, run_rates)
 
 
 @torch.no_grad()

@@ -62,18 +62,18 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx, formatter):
         """Like click's, but the lazy commands' lines come from LAZY_COMMANDS: listing them imports nothing."""
-        from click.utils import make_default_short_help
-
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = []
-        for name in names:
-            if name in LAZY_COMMANDS:
-                rows.append((name, make_default_short_help(LAZY_COMMANDS[name][2], limit)))
-            elif not (cmd := super().get_command(ctx, name)).hidden:
-                rows.append((name, cmd.get_short_help_str(limit)))
+        listed = [(name, self._as_listed(name)) for name in names]
+        rows = [(name, cmd.get_short_help_str(limit)) for name, cmd in listed if not cmd.hidden]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+    def _as_listed(self, name: str) -> click.Command:
+        """The command as the list shows it: a lazy one by a stand-in holding its short help."""
+        if name in LAZY_COMMANDS:
+            return click.Command(name, help=LAZY_COMMANDS[name][2])
+        return self.commands[name]
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from infra import BACKEND_NAMES
 from orchestrator.cli.render.summary import plural
 from orchestrator.errors import NothingFitsError, UsageError
+
+if TYPE_CHECKING:
+    from infra.refresh.quotas import Quota, QuotaBook
 
 # the clouds whose prices and quotas dlrun reads from their APIs (planning/catalog_refresh.py KINDS; the
 # import is left to the commands, so that `dlrun plan --help` stays light)
@@ -214,36 +218,58 @@ def catalog_refresh_command(clouds, regions, stale_only):
 @catalog_group.command("quotas")
 @click.option("--cloud", type=click.Choice(CATALOG_CLOUDS), default=None)
 @click.option("--region", "regions", multiple=True, help="region(s); default: every region of the catalog's offers")
-@click.option("--all", "show_all", is_flag=True, help="also quotas with room to spare (default: GPU quotas and full ones)")
+@click.option("--all", "show_all", is_flag=True,
+              help="also quotas with room to spare (default: GPU quotas and full ones)")
 @click.option("--json", "as_json", is_flag=True)
 def catalog_quotas_command(cloud, regions, show_all, as_json):
     """This account's quotas that decide what dlrun can launch (read now when older than an hour)."""
-    from infra.catalog import load_offers
-    from infra.refresh.cache import age_words, stamp
     from orchestrator.planning.catalog_refresh import quota_book
 
-    clouds = [cloud] if cloud else list(CATALOG_CLOUDS)
-    wanted: dict[str, set[str]] = {c: set() for c in clouds}
+    book = quota_book(_quota_regions(cloud, regions), progress=lambda line: click.echo(line, err=True))
+    quotas = _shown_quotas(book, regions, show_all)
+    if as_json:
+        click.echo(_quotas_json(book, quotas))
+        return
+    _print_quota_table(quotas)
+    _print_quota_reads(book)
+
+
+def _quota_regions(cloud: str | None, regions: tuple[str, ...]) -> dict[str, set[str]]:
+    """cloud -> the regions whose quotas to read: those asked for, else every region of the catalog's offers."""
+    from infra.catalog import load_offers
+
+    wanted: dict[str, set[str]] = {c: set() for c in ([cloud] if cloud else CATALOG_CLOUDS)}
     offers = load_offers()
-    if regions:
-        for r in regions:
-            _known_region(r, cloud, offers)
+    for r in regions:
+        _known_region(r, cloud, offers)
     for o in offers:
         if o.cloud in wanted and (not regions or o.region in regions):
             wanted[o.cloud].add(o.region)
-    book = quota_book(wanted, progress=lambda line: click.echo(line, err=True))
+    return wanted
+
+
+def _shown_quotas(book: QuotaBook, regions: tuple[str, ...], show_all: bool) -> list[Quota]:
+    """The quotas to show, by cloud and region (project-wide first); without --all only those that decide a
+    launch: GPU, per-market and CPU quotas, and full ones."""
     quotas = sorted(book.all_quotas(), key=lambda q: (q.cloud, q.region != "global", q.region, q.code))
     if regions:
         quotas = [q for q in quotas if q.region in regions or q.region == "global"]
     if not show_all:
         quotas = [q for q in quotas if q.unit == "GPU" or q.market or (q.free is not None and q.free <= 0)
                   or q.code in ("CPUS", "CPUS_ALL_REGIONS")]
-    if as_json:
-        units = [{"cloud": u.cloud, "region": u.region, "fetched_at": stamp(u.fetched_at), "source": u.source,
-                  "error": u.error} for u in book.units.values()]
-        click.echo(json.dumps({"quotas": [q.__dict__ for q in quotas], "units": units,
-                               "unchecked": book.unchecked}, indent=2))
-        return
+    return quotas
+
+
+def _quotas_json(book: QuotaBook, quotas: list[Quota]) -> str:
+    from infra.refresh.cache import stamp
+
+    units = [{"cloud": u.cloud, "region": u.region, "fetched_at": stamp(u.fetched_at), "source": u.source,
+              "error": u.error} for u in book.units.values()]
+    return json.dumps({"quotas": [q.__dict__ for q in quotas], "units": units, "unchecked": book.unchecked},
+                      indent=2)
+
+
+def _print_quota_table(quotas: list[Quota]) -> None:
     from rich.table import Table
 
     table = Table(title=f"quotas: {plural(len(quotas), 'quota')}")
@@ -255,6 +281,12 @@ def catalog_quotas_command(cloud, regions, show_all, as_json):
                       "unknown" if q.limit is None else f"{q.limit:g}", "?" if q.usage is None else f"{q.usage:g}",
                       free, style="red" if q.free is not None and q.free <= 0 else None)
     _console().print(table)
+
+
+def _print_quota_reads(book: QuotaBook) -> None:
+    """Which clouds' quotas were not read, which reads failed, and how old what is shown is."""
+    from infra.refresh.cache import age_words
+
     for c, why in book.unchecked.items():
         click.echo(f"{c}: quotas not read: {why}")
     for u in sorted(book.units.values(), key=lambda u: (u.cloud, u.region)):
@@ -265,4 +297,3 @@ def catalog_quotas_command(cloud, regions, show_all, as_json):
     if ages:
         click.echo(f"read {age_words(min(ages))} to {age_words(max(ages))} ago (cached for an hour; "
                    "a launch reads them again)")
-

@@ -96,8 +96,10 @@ def runs(name, limit):
     from orchestrator.state import schedules as ss
 
     store = _store()
-    history = ss.runs(store, name)
-    tz = ss.get_schedule(store, name).tz
+    history = ss.runs(store, name)  # an unknown name: a UsageError listing the schedules there are
+    sched = ss.get_schedule(store, name)
+    assert sched is not None  # runs() found it
+    tz = sched.tz
     if not history:
         click.echo(f"{name}: no firings yet")
     for r in history[-limit:]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +13,9 @@ from orchestrator.monitoring.costs import accrued_cost
 from orchestrator.state.db import Store, default_store
 from orchestrator.state.records import EventRecord, JobRecord
 from orchestrator.states import JobStatus
+
+if TYPE_CHECKING:
+    from orchestrator.runs.cancel import CancelResult
 
 
 def _job(store: Store, job_id: str) -> JobRecord:
@@ -157,7 +161,7 @@ def print_logs(job_id: str, follow: bool = False, raw: bool = False, poll_s: flo
     job = _job(store, job_id)
     for text in read_log(store, job.id, follow=follow, poll_s=poll_s):
         _write_log(text, raw)
-    job = store.get_job(job.id)
+    job = _job(store, job.id)  # as it is now the log is read (with follow: ended)
     if not follow:
         if job.live and not job_log_path(job.id).exists():
             click.echo(f"(job {job.id} is {job.status}; no output yet)", err=True)
@@ -182,25 +186,23 @@ def _write_log(text: str, raw: bool) -> None:
 
 
 def cancel(job_id: str) -> str:
+    """What `dlrun cancel` prints: how the cancel went, and a note when the Ray job could not be stopped."""
+    from orchestrator.runs.cancel import cancel_job
+
     store = default_store()
-    job = _job(store, job_id)
-    if not job.live:
-        return f"{job.id} already ended ({job.status})"
-    if job.ray_submission_id and job.ray_address:
-        from orchestrator.runs.ray_jobs import RayJobs
+    return cancel_text(cancel_job(store, _job(store, job_id)))
 
-        try:
-            RayJobs(job.ray_address).stop(job.ray_submission_id)
-        except Exception:
-            pass
-    from orchestrator.runs.reconcile import process_alive
 
-    if job.supervisor_pid and process_alive(job.supervisor_pid):
-        return f"{job.id}: cancel requested; its supervisor stops the job and tears down the cluster"
-    from orchestrator.runs.teardown import terminate_recorded
+def cancel_text(result: CancelResult) -> str:
+    from orchestrator.runs.cancel import CancelOutcome
 
-    for c in store.job_clusters(job.id):
-        if not c.terminated:
-            terminate_recorded(store, c)
-    store.cancel(job.id, "dlrun cancel", actual_seconds=time.time() - job.created_at)
-    return f"{job.id} cancelled"
+    if result.outcome is CancelOutcome.ALREADY_ENDED:
+        return f"{result.job_id} already ended ({result.status})"
+    if result.outcome is CancelOutcome.LEFT_TO_SUPERVISOR:
+        line = f"{result.job_id}: cancel requested; its supervisor stops the job and tears down the cluster"
+    else:
+        line = f"{result.job_id} cancelled"
+    stop = result.ray_stop
+    if stop is not None and not stop.stopped:
+        line += f"\n  (Ray job {stop.submission_id} at {stop.address} not stopped: {stop.why_not})"
+    return line

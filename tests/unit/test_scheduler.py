@@ -430,3 +430,17 @@ def test_cli_add_list_pause_resume_remove(job_file, store):
     assert dlrun(["schedule", "remove", "nightly-cnn"]).exit_code == 0
     missing = dlrun(["schedule", "remove", "nightly-cnn"])
     assert missing.exit_code == 2 and "no schedule named 'nightly-cnn'" in missing.output
+
+
+def test_cli_runs_lists_the_firings_in_the_schedules_time_zone(job_file, store):
+    assert dlrun(["schedule", "add", str(job_file), "--cron", "0 2 * * *", "--tz", "Europe/Madrid",
+                  "--name", "nightly"]).exit_code == 0
+    assert dlrun(["schedule", "runs", "nightly"]).output.strip() == "nightly: no firings yet"
+    row = ss.get_schedule(store, "nightly")
+    job = store.create_job(name="digits-cnn", spec_hash="h", spec_json="{}", schedule_id=row.id)
+    with store.tx() as c:
+        ss.record_run(c, row.id, utc(2026, 1, 15, 1, 0), utc(2026, 1, 15, 1, 0), "SUCCEEDED", job_id=job)
+    runs = dlrun(["schedule", "runs", "nightly"])
+    assert runs.exit_code == 0 and "2026-01-15 02:00:00 CET  SUCCEEDED" in runs.output and job in runs.output
+    missing = dlrun(["schedule", "runs", "weekly"])
+    assert missing.exit_code == 2 and "no schedule named 'weekly' (schedules: nightly)" in missing.output

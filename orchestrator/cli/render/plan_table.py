@@ -80,10 +80,11 @@ def shown(plan, show_all: bool) -> list:
 
 def _cells(c) -> dict[str, str]:
     o, e = c.offer, c.estimate
-    return {"": "★" if c.chosen else "", "where": where(o), "instance": o.instance_type if capabilities(o.cloud).remote else "",
-            "GPU": gpu_config(o), "market": "spot" if c.spot else (c.wait or ""), "time": human_duration(e.total_seconds),
-            "cost": money(e.cost), "$/h": money(e.price_per_hour) if e.price_per_hour else "",
-            "why not": c.reason or ""}
+    return {"": "★" if c.chosen else "", "where": where(o),
+            "instance": o.instance_type if capabilities(o.cloud).remote else "",
+            "GPU": gpu_config(o), "market": "spot" if c.spot else (c.wait or ""),
+            "time": human_duration(e.total_seconds), "cost": money(e.cost),
+            "$/h": money(e.price_per_hour) if e.price_per_hour else "", "why not": c.reason or ""}
 
 
 RIGHT = {"time", "cost", "$/h"}
@@ -105,9 +106,9 @@ def plan_table(plan, rows: list):
     columns = [k for k in (cells[0] if cells else {}) if any(r[k] for r in cells)]  # no empty columns
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for k in columns:
-        table.add_column(k, justify="right" if k in RIGHT else "left", overflow="fold" if k == "why not" else "ellipsis",
-                         no_wrap=k != "why not")
-    for c, r in zip(rows, cells):
+        table.add_column(k, justify="right" if k in RIGHT else "left",
+                         overflow="fold" if k == "why not" else "ellipsis", no_wrap=k != "why not")
+    for c, r in zip(rows, cells, strict=True):
         table.add_row(*(r[k] for k in columns), style="bold green" if c.chosen else ("dim" if not c.feasible else None))
     return table
 

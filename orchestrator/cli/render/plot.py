@@ -41,12 +41,13 @@ def plan_figure(plan):
     excluded = [c for c in plan.candidates if not (c.eligible and c.estimate.fits)]
     paid = [c.estimate.cost for c in plan.candidates if c.estimate.cost > 0]
 
-    def xy(c):
+    def xy(c) -> tuple[float, float]:  # zip(*points, strict=True): the xs and the ys
         return c.estimate.hours, c.estimate.cost
 
     fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
     if excluded:
-        ax.scatter(*zip(*map(xy, excluded)), marker="x", s=18, color="#bbbbbb", label="ruled out (spec / memory)")
+        ax.scatter(*zip(*map(xy, excluded), strict=True), marker="x", s=18, color="#bbbbbb",
+                   label="ruled out (spec / memory)")
     for cloud in BACKEND_NAMES:
         for spot, marker in ((False, "o"), (True, "^")):
             market = "spot" if spot else "on-demand"
@@ -56,12 +57,12 @@ def plan_figure(plan):
                 if not pts:
                     continue
                 style = {"color": COLORS[cloud]} if feasible else {"facecolors": "none", "edgecolors": COLORS[cloud]}
-                ax.scatter(*zip(*pts), marker=marker, s=30, alpha=0.8, **style,
+                ax.scatter(*zip(*pts, strict=True), marker=marker, s=30, alpha=0.8, **style,
                            label=f"{cloud} {market}" + ("" if feasible else ", over budget/deadline"))
     if workable:
         pts = [xy(c) for c in workable]
         front = [pts[i] for i in pareto_frontier(pts)]
-        ax.plot(*zip(*front), "-", color="black", lw=1.2, label="Pareto frontier (fastest per $)")
+        ax.plot(*zip(*front, strict=True), "-", color="black", lw=1.2, label="Pareto frontier (fastest per $)")
     if plan.max_cost is not None:
         ax.axhline(plan.max_cost, ls="--", color="red", lw=1, label=f"budget ${plan.max_cost:g}")
     if plan.deadline_seconds is not None:
