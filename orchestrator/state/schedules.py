@@ -84,10 +84,10 @@ def _require(store: Store, name: str) -> ScheduleRecord:
     return row
 
 
-def due_schedules(store: Store, now: float) -> list[ScheduleRecord]:
-    """The schedules not paused whose next run is at or before `now`, earliest first."""
+def due_schedules(store: Store, now: float) -> list[tuple[ScheduleRecord, float]]:
+    """The schedules not paused whose next run is at or before `now`, each with that run's time, earliest first."""
     rows = store._query("SELECT * FROM schedules WHERE paused=0 AND next_run_at<=? ORDER BY next_run_at", (now,))
-    return [ScheduleRecord.from_row(r) for r in rows]
+    return [(ScheduleRecord.from_row(r), r["next_run_at"]) for r in rows]
 
 
 def next_wakeup(store: Store) -> float | None:
