@@ -5,13 +5,13 @@ command under jobs/tee.py), told by DLRUN_PROBE=1 that this is a probe, with a t
 DLRUN_CHECKPOINT_DIR. Its jobs.metrics lines say how far it got: `progress` (share of the run done, 0-1),
 or epoch/epochs, or step/steps, and optionally samples_per_s; for a script that does not call
 jobs.metrics, jobs/tee.py writes such lines from what it prints (tqdm bars, Lightning's and the HF
-Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own lines win when it has any.
-The probe stops when the job ends, after PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported
-yet: its start may be slow), or once it has MIN_POINTS progress lines over MIN_SPAN_SECONDS and
-PROBE_MIN_SECONDS have passed; the run time is extrapolated from the progress rate (the time before the first line is the job's start,
-counted once). A job that ends by itself (exit 0) within the probe is timed to its end, progress or
-not. The result is cached by the job's command, env and workdir content. A job that fails during the
-probe, or reports nothing before PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
+Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own lines win when it has any. The
+probe stops when the job ends, after PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its
+start may be slow), or once it has MIN_POINTS progress lines over MIN_SPAN_SECONDS and PROBE_MIN_SECONDS
+have passed; the run time is extrapolated from the progress rate (the time before the first line is the
+job's start, counted once). A job that ends by itself (exit 0) within the probe is timed to its end,
+progress or not. The result is cached by the job's command, env and workdir content. A job that fails
+during the probe, or reports nothing before PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
 """
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ class Workload(BaseModel):
     input_shape: list[int] | None = Field(default=None, min_length=1, description="one sample's shape (with model:)")
     input_dtype: Literal["float32", "long"] = "float32"
     hf: str | dict[str, Any] | None = Field(
-        default=None, description="a Hugging Face config instead of model: a config.json, a directory with one, a model "
-                          "name in the local Hugging Face cache, or an inline mapping with model_type")
+        default=None, description="a Hugging Face config instead of model: a config.json, a directory with one, "
+                                  "a model name in the local Hugging Face cache, or an inline mapping with model_type")
     seq_len: int | None = Field(default=None, ge=1, description="tokens per sample (with hf:)")
     num_classes: int = Field(default=10, ge=1)
     batch_size: int = Field(..., ge=1)
