@@ -201,8 +201,8 @@ def refresh_catalog(clouds=tuple(KINDS), regions: list[str] | None = None, *, ma
 
 
 def _aws_reads(run: _Refresh, aws, regions: list[str] | None, progress) -> list[Read]:
-    """Per region: its instance specs, then the offerings and spot prices of the types they list; its
-    on-demand prices beside them."""
+    """Per region (those asked for, else every region the account has enabled): _aws_region, and the
+    region's on-demand prices beside it."""
     from infra.refresh import aws_prices
 
     try:
