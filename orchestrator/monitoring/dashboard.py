@@ -56,7 +56,7 @@ def _tunnel(store: Store, job: JobRecord) -> Connection:
     from infra import get_provider
     from infra.base import Cluster
 
-    return get_provider(job.backend).connect(Cluster.from_dict(json.loads(cluster.cluster_json)))
+    return get_provider(cluster.provider).connect(Cluster.from_dict(json.loads(cluster.cluster_json)))
 
 
 def _nothing_up() -> UsageError:

@@ -15,7 +15,8 @@ def read_log(store: Store, job_id: str, *, follow: bool = False, poll_s: float =
     saved = job_log_path(job_id)
     offset, partial = 0, b""
     while True:
-        ended = not store.get_job(job_id).live  # read before the file: nothing is missed
+        job = store.get_job(job_id)  # read before the file: nothing is missed
+        ended = job is None or not job.live  # a job no longer in the store writes no more
         if saved.exists():
             with open(saved, "rb") as f:  # only what was added since the last read
                 f.seek(offset)

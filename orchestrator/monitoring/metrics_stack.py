@@ -61,14 +61,9 @@ def start_prometheus(config: Path, *, data_dir: Path, port: int = PROMETHEUS_POR
     if not prom:
         raise FileNotFoundError("prometheus")
     data_dir.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    try:
-        return subprocess.Popen([prom, f"--config.file={config}", f"--web.listen-address=127.0.0.1:{port}",
-                                 f"--storage.tsdb.path={data_dir}"], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    finally:
-        if log_path:
-            log.close()
+    cmd = [prom, f"--config.file={config}", f"--web.listen-address=127.0.0.1:{port}",
+           f"--storage.tsdb.path={data_dir}"]
+    return _start_detached(cmd, log_path)
 
 
 def start_grafana(grafana: str, ini: Path, *, data_dir: Path, log_path: Path,
@@ -84,8 +79,16 @@ def start_grafana(grafana: str, ini: Path, *, data_dir: Path, log_path: Path,
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, GF_PATHS_DATA=str(data_dir), GF_PATHS_LOGS=str(data_dir / "logs"),
                GF_SERVER_HTTP_ADDR="127.0.0.1", GF_SERVER_HTTP_PORT=str(port))
-    with open(log_path, "ab") as fh:
-        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    return _start_detached(cmd, log_path, env)
+
+
+def _start_detached(cmd: list[str], log_path: Path | None, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """cmd in its own session, its output appended to log_path (or dropped)."""
+    if log_path is None:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
 
 

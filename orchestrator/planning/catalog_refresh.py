@@ -10,14 +10,15 @@ rebuilt from the cache, and catalog.load_offers applies them over the shipped sn
 """
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from infra.refresh import cache
-from infra.refresh.clients import (AwsClients, GcpClients, aws_credentials_configured,
-                                   gcp_credentials_configured)
 from infra.refresh.quotas import QuotaBook
 from infra.refresh.sources import SOURCES
 from infra.spot_zones import home_zone_prices_path
@@ -133,101 +134,127 @@ class RefreshReport:
         return [r for r in self.results if r.status in ("kept", "failed")]
 
 
-def _record(report: RefreshReport, lock, cloud: str, kind: str, fresh: dict[str, cache.Unit]) -> None:
-    merged = cache.save(cloud, kind, fresh)
-    with lock:
-        for region, unit in fresh.items():
-            m = merged[region]
-            if not unit.error:
-                report.results.append(SourceResult(cloud, kind, region, "fetched", len(unit.rows)))
-            else:
-                report.results.append(SourceResult(cloud, kind, region, "kept" if m.fetched_at else "failed",
-                                                   len(m.rows), m.age_s(), unit.error))
+Read = Callable[[], None]  # one call to a cloud's API, its result recorded
+
+
+class _Refresh:
+    """One refresh: which sources are due (past their lifetime, or all when forced) and what each gave."""
+
+    def __init__(self, max_age: dict | None):
+        self.report, self._lock = RefreshReport(), threading.Lock()
+        self._plan = max_age is None  # a plan's refresh: a source that failed lately is not tried every time
+        self._ages = {k: cache.LIFETIME_S[k] if max_age is None else max_age.get(k, 0.0) for k in cache.LIFETIME_S}
+
+    def due(self, cloud: str, kind: str, region: str, units: dict[str, cache.Unit] | None = None) -> bool:
+        """Whether this source is fetched; one that is not says why in the report."""
+        u = (units or cache.load(cloud, kind)).get(region)
+        if u is not None and u.fetched_at and u.fresh(self._ages[kind]):
+            self.report.results.append(SourceResult(cloud, kind, region, "fresh", len(u.rows), u.age_s()))
+            return False
+        if u is not None and self._plan and u.failed_recently():
+            tried = cache.age_words(time.time() - u.tried_at)
+            self.report.results.append(SourceResult(cloud, kind, region, "kept" if u.fetched_at else "failed",
+                                                    len(u.rows), u.age_s(), f"{u.error}, {tried} ago"))
+            return False
+        return True
+
+    def record(self, cloud: str, kind: str, fresh: dict[str, cache.Unit]) -> None:
+        """Cache what was read (a failed read keeps the previous rows) and report each source."""
+        merged = cache.save(cloud, kind, fresh)
+        with self._lock:
+            for region, unit in fresh.items():
+                m = merged[region]
+                if not unit.error:
+                    self.report.results.append(SourceResult(cloud, kind, region, "fetched", len(unit.rows)))
+                else:
+                    self.report.results.append(SourceResult(cloud, kind, region, "kept" if m.fetched_at else "failed",
+                                                            len(m.rows), m.age_s(), unit.error))
+
+    def fetch(self, cloud: str, kind: str, region: str, read: Callable[[], cache.Unit]) -> None:
+        self.record(cloud, kind, {region: read()})
 
 
 def refresh_catalog(clouds=tuple(KINDS), regions: list[str] | None = None, *, max_age: dict | None = None,
                     aws=None, gcp=None, progress=None) -> RefreshReport:
     """Fetch what is older than its lifetime (max_age: kind -> seconds; {} forces everything) from the
     clouds' APIs, every source in parallel; then rebuild $DLRUN_HOME/catalog/offers.csv and the zone tables.
-    A source that fails keeps its previous rows and says so; a cloud without credentials is skipped."""
-    import threading
-
-    from infra.refresh import aws_prices, gcp_prices
-
+    A source that fails keeps its previous rows and says so; a cloud without credentials is skipped.
+    aws, gcp: the clients to read with (default: SOURCES' own)."""
     started = time.time()
-    report, lock = RefreshReport(), threading.Lock()
-    ages = {k: cache.LIFETIME_S[k] if max_age is None else max_age.get(k, 0.0) for k in cache.LIFETIME_S}
-
-    def stale(cloud, kind, region, units=None):
-        u = (units or cache.load(cloud, kind)).get(region)
-        if u is not None and u.fetched_at and u.fresh(ages[kind]):
-            report.results.append(SourceResult(cloud, kind, region, "fresh", len(u.rows), u.age_s()))
-            return False
-        if u is not None and max_age is None and u.failed_recently():  # a plan: not again every time
-            tried = cache.age_words(time.time() - u.tried_at)
-            report.results.append(SourceResult(cloud, kind, region, "kept" if u.fetched_at else "failed",
-                                               len(u.rows), u.age_s(), f"{u.error}, {tried} ago"))
-            return False
-        return True
-
+    run = _Refresh(max_age)
+    given = {"aws": aws, "gcp": gcp}
+    reads: list[Read] = []
+    for cloud, cloud_reads in CLOUD_READS.items():
+        if cloud not in clouds:
+            continue
+        why = SOURCES[cloud].credentials()
+        if why:
+            run.report.skipped[cloud] = why
+            continue
+        reads += cloud_reads(run, given[cloud] or SOURCES[cloud].clients(), regions, progress)
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        futures = []
-        if "aws" in clouds:
-            why = aws_credentials_configured()
-            if why:
-                report.skipped["aws"] = why
-            else:
-                aws = aws or AwsClients()
-                try:
-                    aws_regions = regions_for_aws(aws, regions)
-                except Exception as e:  # noqa: BLE001 — describe_regions refused: nothing to refresh
-                    report.skipped["aws"] = f"describe_regions failed: {type(e).__name__}: {str(e)[:120]}"
-                    aws_regions = []
-                if progress and aws_regions:
-                    progress(f"refreshing aws: {len(aws_regions)} regions (prices, spot, offerings, specs)")
-                cached = {k: cache.load("aws", k) for k in KINDS["aws"]}
-
-                def aws_region(region):
-                    spec = cached["specs"].get(region)
-                    if stale("aws", "specs", region, cached["specs"]):
-                        spec = aws_prices.read_specs(aws, region)
-                        _record(report, lock, "aws", "specs", {region: spec})
-                        if spec.error:
-                            spec = cache.load("aws", "specs").get(region)
-                    types = sorted({t["type"] for t in (spec.rows if spec else [])})
-                    if not types:
-                        return
-                    if stale("aws", "offerings", region, cached["offerings"]):
-                        _record(report, lock, "aws", "offerings",
-                                {region: aws_prices.read_offerings(aws, region, set(types))})
-                    if stale("aws", "spot", region, cached["spot"]):
-                        _record(report, lock, "aws", "spot", {region: aws_prices.read_spot(aws, region, types)})
-
-                for region in aws_regions:
-                    futures.append(pool.submit(aws_region, region))
-                    if stale("aws", "ondemand", region, cached["ondemand"]):
-                        futures.append(pool.submit(lambda r=region: _record(
-                            report, lock, "aws", "ondemand", {r: aws_prices.read_ondemand(aws, r)})))
-        if "gcp" in clouds:
-            why = gcp_credentials_configured()
-            if why:
-                report.skipped["gcp"] = why
-            else:
-                gcp = gcp or GcpClients()
-                if progress:
-                    progress("refreshing gcp: billing catalog SKUs, machine types, accelerator types, zones")
-                for kind, region, reader in (("ondemand", "global", gcp_prices.read_skus),
-                                             ("specs", "global", gcp_prices.read_machine_types),
-                                             ("offerings", "global", gcp_prices.read_accelerators),
-                                             ("specs", "zones", gcp_prices.read_zones)):
-                    if stale("gcp", kind, region):
-                        futures.append(pool.submit(lambda k=kind, r=region, f=reader: _record(
-                            report, lock, "gcp", k, {r: f(gcp)})))
-        for f in futures:
+        for f in [pool.submit(read) for read in reads]:
             f.result()
-    rebuild_offers(report, regions)
-    report.seconds = time.time() - started
-    return report
+    rebuild_offers(run.report, regions)
+    run.report.seconds = time.time() - started
+    return run.report
+
+
+def _aws_reads(run: _Refresh, aws, regions: list[str] | None, progress) -> list[Read]:
+    """Per region (those asked for, else every region the account has enabled): _aws_region, and the
+    region's on-demand prices beside it."""
+    from infra.refresh import aws_prices
+
+    try:
+        aws_regions = regions_for_aws(aws, regions)
+    except Exception as e:  # noqa: BLE001 — describe_regions refused: nothing to refresh
+        run.report.skipped["aws"] = f"describe_regions failed: {type(e).__name__}: {str(e)[:120]}"
+        return []
+    if progress and aws_regions:
+        progress(f"refreshing aws: {len(aws_regions)} regions (prices, spot, offerings, specs)")
+    cached = {k: cache.load("aws", k) for k in KINDS["aws"]}
+    reads: list[Read] = []
+    for region in aws_regions:
+        reads.append(partial(_aws_region, run, aws, region, cached))
+        if run.due("aws", "ondemand", region, cached["ondemand"]):
+            reads.append(partial(run.fetch, "aws", "ondemand", region, partial(aws_prices.read_ondemand, aws, region)))
+    return reads
+
+
+def _aws_region(run: _Refresh, aws, region: str, cached: dict[str, dict[str, cache.Unit]]) -> None:
+    """A region's specs (read again when due), then the offerings and spot prices of the types they list."""
+    from infra.refresh import aws_prices
+
+    spec = cached["specs"].get(region)
+    if run.due("aws", "specs", region, cached["specs"]):
+        spec = aws_prices.read_specs(aws, region)
+        run.record("aws", "specs", {region: spec})
+        if spec.error:
+            spec = cache.load("aws", "specs").get(region)
+    types = sorted({t["type"] for t in (spec.rows if spec else [])})
+    if not types:
+        return
+    if run.due("aws", "offerings", region, cached["offerings"]):
+        run.record("aws", "offerings", {region: aws_prices.read_offerings(aws, region, set(types))})
+    if run.due("aws", "spot", region, cached["spot"]):
+        run.record("aws", "spot", {region: aws_prices.read_spot(aws, region, types)})
+
+
+def _gcp_reads(run: _Refresh, gcp, regions: list[str] | None, progress) -> list[Read]:
+    """Four global lists (the billing catalog answers every region at once); `regions` are AWS's."""
+    from infra.refresh import gcp_prices
+
+    if progress:
+        progress("refreshing gcp: billing catalog SKUs, machine types, accelerator types, zones")
+    sources = (("ondemand", "global", gcp_prices.read_skus), ("specs", "global", gcp_prices.read_machine_types),
+               ("offerings", "global", gcp_prices.read_accelerators), ("specs", "zones", gcp_prices.read_zones))
+    return [partial(run.fetch, "gcp", kind, region, partial(reader, gcp))
+            for kind, region, reader in sources if run.due("gcp", kind, region)]
+
+
+# per cloud (SOURCES' names, in their order): the reads a refresh of it makes
+CLOUD_READS: dict[str, Callable[[_Refresh, Any, list[str] | None, Any], list[Read]]] = {
+    "aws": _aws_reads, "gcp": _gcp_reads}
 
 
 def regions_for_aws(aws, regions: list[str] | None) -> list[str]:
@@ -267,7 +294,5 @@ def rebuild_offers(report: RefreshReport | None = None, regions: list[str] | Non
         build.write_csv(refresh_dir() / "gcp_gpu_zones.csv", ["accelerator", "region", "zones"], gzones)
     if report is not None:
         report.offers = len(rows)
-        for r in rows:
-            report.regions[r["cloud"]] = report.regions.get(r["cloud"], 0)
         report.regions = {c: len({r["region"] for r in rows if r["cloud"] == c}) for c in KINDS}
     return len(rows)

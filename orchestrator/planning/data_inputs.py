@@ -159,7 +159,7 @@ def data_exclusion(spec, offer, checkpoint_base: str | None) -> str | None:
             continue
         if s and s != node_scheme(offer.cloud):
             return f"data {src} is out of reach of {offer.cloud} nodes (no {s}:// credentials there)"
-        if not s and scheme(checkpoint_base) not in UPLOADS_TO:
+        if not s and scheme(checkpoint_base or "") not in UPLOADS_TO:  # no base: nowhere to upload to
             return (f"data {src} is a local directory and dlrun uploads data only to "
                     f"{', '.join(f'{u}://' for u in UPLOADS_TO)} buckets, not to {offer.cloud}'s yet")
     return None

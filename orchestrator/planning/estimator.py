@@ -146,6 +146,7 @@ def _offer_step(profile, offer: Offer, num_nodes: int) -> tuple[float, str]:
         result = (base / cpu_speedup(offer.vcpus, profile.local_threads or 1), "scaled CPU")
     else:
         gpu = gpu_spec(offer.accelerator or "") or gpu_spec("T4")  # an unknown local GPU: assume a T4
+        assert gpu is not None  # the shipped catalog (configs/catalog/gpus.csv) lists the T4
         result = (gpu_step_seconds(profile, gpu, max(1, offer.accelerator_count), num_nodes), "roofline")
     cache[key] = result
     return result

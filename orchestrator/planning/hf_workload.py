@@ -82,7 +82,7 @@ def config_object(config: dict[str, Any]):
         from transformers import CONFIG_MAPPING
     except ImportError:
         raise SpecError(NO_TRANSFORMERS) from None
-    model_type = config.get("model_type")
+    model_type = str(config.get("model_type"))
     try:
         config_class = CONFIG_MAPPING[model_type]
     except KeyError:

@@ -5,13 +5,13 @@ command under jobs/tee.py), told by DLRUN_PROBE=1 that this is a probe, with a t
 DLRUN_CHECKPOINT_DIR. Its jobs.metrics lines say how far it got: `progress` (share of the run done, 0-1),
 or epoch/epochs, or step/steps, and optionally samples_per_s; for a script that does not call
 jobs.metrics, jobs/tee.py writes such lines from what it prints (tqdm bars, Lightning's and the HF
-Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own lines win when it has any.
-The probe stops when the job ends, after PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported
-yet: its start may be slow), or once it has MIN_POINTS progress lines over MIN_SPAN_SECONDS and
-PROBE_MIN_SECONDS have passed; the run time is extrapolated from the progress rate (the time before the first line is the job's start,
-counted once). A job that ends by itself (exit 0) within the probe is timed to its end, progress or
-not. The result is cached by the job's command, env and workdir content. A job that fails during the
-probe, or reports nothing before PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
+Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own lines win when it has any. The
+probe stops when the job ends, after PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its
+start may be slow), or once it has MIN_POINTS progress lines over MIN_SPAN_SECONDS and PROBE_MIN_SECONDS
+have passed; the run time is extrapolated from the progress rate (the time before the first line is the
+job's start, counted once). A job that ends by itself (exit 0) within the probe is timed to its end,
+progress or not. The result is cached by the job's command, env and workdir content. A job that fails
+during the probe, or reports nothing before PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
 """
 from __future__ import annotations
 
@@ -146,64 +146,95 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
               min_seconds: float = PROBE_MIN_SECONDS, max_seconds: float = PROBE_MAX_SECONDS) -> ProbeResult:
     """Run `command` (a shell command) for `seconds` (up to `max_seconds` while it has reported no
     progress yet), reading its progress lines."""
-    from jobs.metrics import parse_line
-    from jobs.progress import terminal_line
-
     start = time.monotonic()
     proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    points: list[tuple[float, float]] = []
-    samples, tail, buf, eof = None, [], b"", False
+    assert proc.stdout is not None  # stdout=PIPE
+    out = _ProbeOutput()
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     try:
-        while True:
-            elapsed = time.monotonic() - start
-            limit = seconds if points else max_seconds
-            enough = len(points) >= MIN_POINTS and points[-1][0] - points[0][0] >= min(MIN_SPAN_SECONDS, min_seconds)
-            if elapsed >= limit or (enough and elapsed >= min_seconds):
-                break
-            if not sel.select(timeout=min(0.5, limit - elapsed)):
-                continue
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                eof = True  # the job closed its output: it ended
-                break
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            now = time.monotonic() - start
-            for raw in lines:
-                line = raw.decode(errors="replace")
-                parsed = parse_line(line)
-                if parsed is None:
-                    tail = (tail + [terminal_line(line)])[-50:]
-                    continue
-                kind, payload = parsed
-                done = 1.0 if kind == "result" else share_done(payload)
-                if isinstance(payload.get("samples_per_s"), (int, float)):
-                    samples = float(payload["samples_per_s"])
-                if done is not None and (not points or done > points[-1][1]):
-                    points.append((now, done))
+        _read_until_enough(sel, proc.stdout.fileno(), out, start, seconds, min_seconds, max_seconds)
     finally:
         sel.close()
         elapsed = time.monotonic() - start
-        ended = _wait(proc, 10.0 if eof else 0.1)
+        ended = _wait(proc, 10.0 if out.eof else 0.1)
         if not ended:
             _stop(proc)
         proc.stdout.close()
-    if buf:
-        tail.append(terminal_line(buf.decode(errors="replace")))
+    out.flush()
     if ended and proc.returncode != 0:
-        last = " | ".join([t.strip()[:160] for t in tail if t.strip()][-TAIL_LINES:]) or "no output"
+        last = " | ".join([t.strip()[:160] for t in out.tail if t.strip()][-TAIL_LINES:]) or "no output"
         raise SpecError(f"{name}: the probe run of the job's entrypoint failed (exit {proc.returncode}; "
                         f"its last lines: {last}); fix the script, or {ASK_FOR_FIELDS}")
     complete = ended and proc.returncode == 0
-    if not points and not complete:
+    if not out.points and not complete:
         raise SpecError(f"{name}: no workload or reference, and the job reported no progress in "
                         f"{elapsed:.0f} s of a probe run; {ASK_FOR_FIELDS}")
-    run = elapsed if complete else extrapolate(points)
-    return ProbeResult(run_seconds=run, probe_seconds=elapsed, complete=complete, points=points,
-                       samples_per_s=samples, threads=os.cpu_count() or 1)
+    run = elapsed if complete else extrapolate(out.points)
+    return ProbeResult(run_seconds=run, probe_seconds=elapsed, complete=complete, points=out.points,
+                       samples_per_s=out.samples, threads=os.cpu_count() or 1)
+
+
+@dataclass
+class _ProbeOutput:
+    """What the probe has read of the job's output: its progress points (seconds since start, share done),
+    its last samples/s, its last lines that were not progress, the half line not ended yet."""
+    points: list[tuple[float, float]] = field(default_factory=list)
+    samples: float | None = None
+    tail: list[str] = field(default_factory=list)
+    partial: bytes = b""
+    eof: bool = False  # the job closed its output: it ended
+
+    def enough(self, elapsed: float, min_seconds: float) -> bool:
+        """MIN_POINTS progress points over a long enough span, and min_seconds passed."""
+        if len(self.points) < MIN_POINTS or elapsed < min_seconds:
+            return False
+        return self.points[-1][0] - self.points[0][0] >= min(MIN_SPAN_SECONDS, min_seconds)
+
+    def feed(self, chunk: bytes, now: float) -> None:
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        for raw in lines:
+            self._line(raw.decode(errors="replace"), now)
+
+    def _line(self, line: str, now: float) -> None:
+        from jobs.metrics import parse_line
+        from jobs.progress import terminal_line
+
+        parsed = parse_line(line)
+        if parsed is None:
+            self.tail = (self.tail + [terminal_line(line)])[-50:]
+            return
+        kind, payload = parsed
+        done = 1.0 if kind == "result" else share_done(payload)
+        if isinstance(payload.get("samples_per_s"), (int, float)):
+            self.samples = float(payload["samples_per_s"])
+        if done is not None and (not self.points or done > self.points[-1][1]):
+            self.points.append((now, done))
+
+    def flush(self) -> None:
+        """The last line, when the job's output did not end with a newline."""
+        from jobs.progress import terminal_line
+
+        if self.partial:
+            self.tail.append(terminal_line(self.partial.decode(errors="replace")))
+
+
+def _read_until_enough(sel: selectors.BaseSelector, fd: int, out: _ProbeOutput, start: float, seconds: float,
+                       min_seconds: float, max_seconds: float) -> None:
+    """Read the job's output into `out` until it ends, its time is up, or it has shown enough progress."""
+    while True:
+        elapsed = time.monotonic() - start
+        limit = seconds if out.points else max_seconds
+        if elapsed >= limit or out.enough(elapsed, min_seconds):
+            return
+        if not sel.select(timeout=min(0.5, limit - elapsed)):
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            out.eof = True
+            return
+        out.feed(chunk, time.monotonic() - start)
 
 
 def _wait(proc, timeout: float) -> bool:

@@ -134,6 +134,7 @@ def reference_profile(accelerator: str, hours: float, count: int = 1, note: str 
             probe["copy_gbps"] * 1e9, 1, 0.0
     else:
         gpu = gpu_spec(accelerator)
+        assert gpu is not None  # spec.Reference admits only the catalog's GPUs (or cpu)
         flops_s = _gpu_compute_tflops(gpu, "fp32") * 1e12
         bytes_s, n, overhead = gpu.memory_bandwidth_gbps * 1e9 * MEMORY_EFFICIENCY, count, GPU_STEP_OVERHEAD_SECONDS
     step = max(hours * 3600.0 / steps - overhead, 1e-6)
@@ -241,8 +242,8 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     blocked = frozenset(blocked)
     max_cost, deadline = spec.budget.max_cost, spec.budget.deadline_seconds
     notes = [profile.note] if profile.note else []
-    default_deadline = None
-    if deadline is None or spec.budget.optimize is None:
+    default_deadline, optimize = None, spec.budget.optimize
+    if deadline is None or optimize is None:
         from orchestrator.config import load_settings
 
         settings = settings or load_settings()
@@ -250,7 +251,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             deadline, default_deadline = settings.default_deadline_seconds, settings.default_deadline
             notes.append(f"no deadline in the job: the default of {default_deadline} applies ({settings.source}; "
                          "set budget.deadline or --deadline to change it)")
-    optimize = spec.budget.optimize or settings.optimize
+        optimize = optimize or settings.optimize
     nodes = spec.resources.num_nodes
     owner = owner_identity()
     from orchestrator.planning.data_inputs import data_exclusion, local_bytes
@@ -287,12 +288,14 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     retired = software.retired_wish_notes(spec, candidates)
     notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
     notes += storage_notes(chosen) + plan_inputs.cluster_notes(chosen)
-    raise_these = plan_inputs.quota_notes(candidates, chosen, quotas, nodes, notes, RANKS[optimize]) if quotas is not None else []
+    raise_these = [] if quotas is None else plan_inputs.quota_notes(candidates, chosen, quotas, nodes, notes,
+                                                                    RANKS[optimize])
     return Plan(candidates=candidates, chosen=chosen,
                 cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
                 fastest_hours_ignoring_deadline=min((c.estimate.hours for c in workable), default=None),
                 max_cost=max_cost, deadline_seconds=deadline, profile=profile, notes=notes, optimize=optimize,
-                default_deadline=default_deadline, zone_flags=zone_flags(c for c in candidates if c.eligible and c.spot),
+                default_deadline=default_deadline,
+                zone_flags=zone_flags(c for c in candidates if c.eligible and c.spot),
                 retired=retired if chosen is None else [], quota_raise=raise_these)
 
 

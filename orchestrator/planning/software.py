@@ -66,7 +66,8 @@ def software_for(spec, offer: Offer) -> sw.SoftwarePlan:
 
 def exclusion_reason(spec, offer: Offer) -> str | None:
     """Why the job's software rules an offer out (retired family, no torch wheel for its GPU), or None."""
-    if _boots_nothing(offer):  # this machine's driver is what it is: only ask whether any build of the torch has its arch
+    # this machine's driver is what it is: only ask whether any build of the torch has its arch
+    if _boots_nothing(offer):
         if not offer.accelerator or sw.generation(offer.accelerator) is None:
             return None
         try:
@@ -104,17 +105,17 @@ def boot_settings(spec, offer: Offer) -> dict:
 
 # --- the root volume -------------------------------------------------------------------------------
 # What a node's root disk holds, in GB. Image: Canonical's Ubuntu 22.04 AMI / GCE image use about 2-3 GB of
-# their 8 GiB / 10 GB default disk [unverified: measure with df on a fresh VM]; a deep-learning image
-# carries several CUDA toolkits (the AWS base OSS driver AMI lists four CUDA stacks) [unverified; the
-# providers take the larger of this size and the image's own disk size]. The venv, measured or summed
-# from PyPI: Ray[default,train] 2.60 + torch 2.13 CPU + scikit-learn + numpy installed by the boot script into
-# a stock Debian 12 root is 1.5 GB (2026-11-26; torch alone 754 MB); a CUDA torch downloads ~2.5 GB (PyPI, 2026-11-26: torch 2.15.0
-# manylinux x86_64 539 MB, triton 286 MB, nvidia-cudnn-cu13 517 MB, -nccl 305 MB, -nvshmem 182 MB,
-# -cusparselt 170 MB, plus cuBLAS) and about twice that installed. SCRATCH: checkpoints written on the node
-# before they are uploaded, Ray's session logs and object spilling under /tmp/ray; the job's other
-# packages. Ray refuses new objects on a disk more than 95% full (local_fs_capacity_threshold), so a
-# tenth stays free. Bucket data inputs cannot be sized at plan time (that needs the cloud's API) and are
-# left to SCRATCH; local directories are counted (a node syncs them onto its disk).
+# their 8 GiB / 10 GB default disk [unverified: measure with df on a fresh VM]; a deep-learning image carries
+# several CUDA toolkits (the AWS base OSS driver AMI lists four CUDA stacks) [unverified; the providers take
+# the larger of this size and the image's own disk size]. The venv, measured or summed from PyPI:
+# Ray[default,train] 2.60 + torch 2.13 CPU + scikit-learn + numpy installed by the boot script into a stock
+# Debian 12 root is 1.5 GB (2026-11-26; torch alone 754 MB); a CUDA torch downloads ~2.5 GB (PyPI, 2026-11-26:
+# torch 2.15.0 manylinux x86_64 539 MB, triton 286 MB, nvidia-cudnn-cu13 517 MB, -nccl 305 MB, -nvshmem 182
+# MB, -cusparselt 170 MB, plus cuBLAS) and about twice that installed. SCRATCH: checkpoints written on the
+# node before they are uploaded, Ray's session logs and object spilling under /tmp/ray; the job's other
+# packages. Ray refuses new objects on a disk more than 95% full (local_fs_capacity_threshold), so a tenth
+# stays free. Bucket data inputs cannot be sized at plan time (that needs the cloud's API) and are left to
+# SCRATCH; local directories are counted (a node syncs them onto its disk).
 IMAGE_USED_GB = {"cpu": 3.0, "gpu": 40.0}
 VENV_GB = {"ray": 1.0, "cpu torch": 1.0, "cuda torch": 7.0}
 SCRATCH_GB = 10.0

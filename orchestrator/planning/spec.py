@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from infra.catalog import canonical_gpu, gpu_names
 from orchestrator.errors import SpecError
@@ -48,24 +49,26 @@ def parse_duration(value: str | float | int) -> float:
 
 
 class _Strict(BaseModel):
+    # defaults are written Field(default=...): a type checker reads only that keyword as a default (PEP 681),
+    # and a model whose fields all have defaults can then be a default_factory
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class AcceleratorWish(_Strict):
     name: str
-    count: int = Field(1, ge=1)
+    count: int = Field(default=1, ge=1)
 
 
 class Resources(_Strict):
     accelerators: str | dict[str, int] | None = Field(
-        None, description="GPU wish: 'T4:1', {T4: 1}; omit for anything that fits")
-    gpu_memory_gb: str | float | None = Field(None, description="minimum GPU memory per GPU, e.g. '16+' or 16")
-    num_nodes: int = Field(1, ge=1, le=64)
-    cpus: int | None = Field(None, ge=1, description="CPUs per node for a CPU-only run (local)")
+        default=None, description="GPU wish: 'T4:1', {T4: 1}; omit for anything that fits")
+    gpu_memory_gb: str | float | None = Field(default=None, description="minimum GPU memory per GPU, e.g. '16+' or 16")
+    num_nodes: int = Field(default=1, ge=1, le=64)
+    cpus: int | None = Field(default=None, ge=1, description="CPUs per node for a CPU-only run (local)")
     spot: Literal["auto", "always", "never"] = "auto"
     clouds: list[CloudName] = Field(default_factory=lambda: list(CLOUDS), min_length=1)
     regions: list[str] | None = None
-    image: str | None = Field(None, description="override the machine image (AMI id / GCE image)")
+    image: str | None = Field(default=None, description="override the machine image (AMI id / GCE image)")
 
     @field_validator("accelerators")
     @classmethod
@@ -122,10 +125,10 @@ def _parse_accelerators(v: str | dict[str, int]) -> list[AcceleratorWish]:
 
 
 class Budget(_Strict):
-    max_cost: float | None = Field(None, gt=0, description="USD for the whole job")
-    deadline: str | float | None = Field(None, description="wall-clock limit, e.g. 4h, 90m")
-    monthly_cap: float | None = Field(None, gt=0)
-    optimize: Literal["cost", "time"] | None = Field(None, description="cheapest (cost) or fastest (time) "
+    max_cost: float | None = Field(default=None, gt=0, description="USD for the whole job")
+    deadline: str | float | None = Field(default=None, description="wall-clock limit, e.g. 4h, 90m")
+    monthly_cap: float | None = Field(default=None, gt=0)
+    optimize: Literal["cost", "time"] | None = Field(default=None, description="cheapest (cost) or fastest (time) "
                                                      "of what fits; default: config.yaml's optimize")
 
     @field_validator("deadline")
@@ -143,7 +146,7 @@ class Budget(_Strict):
 class Reference(_Strict):
     accelerator: str
     hours: float = Field(..., gt=0)
-    count: int = Field(1, ge=1)
+    count: int = Field(default=1, ge=1)
 
     @field_validator("accelerator")
     @classmethod
@@ -155,16 +158,16 @@ class Reference(_Strict):
 
 class JobSpec(_Strict):
     name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-    job: str | None = Field(None, description="a built-in job from jobs/ (cnn, lstm, resnet)")
-    run: str | None = Field(None, description="any command, run in workdir on the cluster")
-    workdir: str | None = Field(None, description="directory shipped to the cluster (with run)")
+    job: str | None = Field(default=None, description="a built-in job from jobs/ (cnn, lstm, resnet)")
+    run: str | None = Field(default=None, description="any command, run in workdir on the cluster")
+    workdir: str | None = Field(default=None, description="directory shipped to the cluster (with run)")
     args: list[str] = Field(default_factory=list, description="extra arguments for a built-in job")
     requirements: list[str] = Field(default_factory=list, description="pip packages the job needs")
     resources: Resources = Field(default_factory=Resources)
     budget: Budget = Field(default_factory=Budget)
     workload: Workload | None = None
     reference: Reference | None = None
-    checkpoint: str | None = Field(None, description="a directory, s3://bucket/prefix or gs://bucket/prefix")
+    checkpoint: str | None = Field(default=None, description="a directory, s3://bucket/prefix or gs://bucket/prefix")
     env: dict[str, str] = Field(default_factory=dict)
     data: list[str] = Field(default_factory=list, description="inputs on every node as DLRUN_DATA_DIR: "
                             "s3://bucket/prefix, gs://bucket/prefix or a local directory")
@@ -239,7 +242,7 @@ def _model_for(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
-def _clean_loc(err: dict) -> tuple:
+def _clean_loc(err: ErrorDetails) -> tuple:
     """The field path of an error, without the tags pydantic adds for union branches (type and model
     names); the unknown key of an 'extra' error is the user's own and always kept."""
     raw = tuple(err["loc"])
@@ -249,7 +252,7 @@ def _clean_loc(err: dict) -> tuple:
     return tuple(p for p in loc if p not in ("str", "float", "int", "dict[str,int]", "function-after")) + own
 
 
-def _typos_first(errs: list[dict]) -> list[dict]:
+def _typos_first(errs: list[ErrorDetails]) -> list[ErrorDetails]:
     """A misspelt required field reads as 'unknown field' plus 'required field missing': say the
     first, with its 'did you mean', and drop the second (it is the same mistake)."""
     extra = [e for e in errs if e["type"] == "extra_forbidden"]
@@ -265,7 +268,7 @@ def _typos_first(errs: list[dict]) -> list[dict]:
     return extra + rest if explained else errs
 
 
-def _describe(err: dict, lines: dict[tuple, int], where: str) -> str:
+def _describe(err: ErrorDetails, lines: dict[tuple, int], where: str) -> str:
     loc = _clean_loc(err)  # pydantic tags union branches with type names (str, dict[str,int]): dropped
     # a key is the user's text: escaped, so that a newline in it cannot split the one-line message
     field = ".".join(str(p).encode("unicode_escape").decode() for p in loc) or "(top level)"

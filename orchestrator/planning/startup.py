@@ -7,8 +7,9 @@ job_supervisor.py ("Ray actor created by JobManager for each submitted job ... e
 command in subprocess"), ray 2.60.
 
 Measured for real when dlrun's own local head is up: a no-op job (the entrypoint imports what every
-job imports, takes one optimizer step and reports once, which connects it to Ray, with the runtime env a local job gets) is submitted through the Jobs API and timed as dlrun
-times a run (Ray's start_time to end_time). With no head up nothing is started for it (`dlrun plan`
+job imports, takes one optimizer step and reports once, which connects it to Ray, with the runtime env
+a local job gets) is submitted through the Jobs API and timed as dlrun times a run (Ray's start_time
+to end_time). With no head up nothing is started for it (`dlrun plan`
 stays fast): the job process's start (JOB_START) is timed in a fresh process, and the supervisor's
 share is the prior RAY_JOB_PRIOR_SECONDS until a later plan finds the head up. The job's own data load
 and model build stay in estimator.JOB_START_SECONDS; finished runs correct the whole term.
@@ -104,8 +105,10 @@ def ray_job_seconds(address: str, timeout: float = PROBE_TIMEOUT_S) -> float | N
         while time.monotonic() < deadline:
             info = jobs.info(sid)
             if info.status.terminal:
-                ok = info.status == RayJobStatus.SUCCEEDED and info.start_time and info.end_time
-                return (info.end_time - info.start_time) / 1000.0 if ok else None
+                start, end = info.start_time, info.end_time
+                if info.status != RayJobStatus.SUCCEEDED or not start or not end:
+                    return None
+                return (end - start) / 1000.0
             time.sleep(0.2)
         jobs.stop(sid)
     except JobsApiError:

@@ -56,7 +56,7 @@ def check_workdir(path: str, where: str) -> None:
         raise SpecError(f"{where}: field 'workdir': {path} is not a directory; give the directory to ship")
     limit, total = upload_limit_bytes(), 0
     try:
-        for rel, full in _files(root):
+        for _rel, full in _files(root):
             total += os.stat(full).st_size
             if not os.access(full, os.R_OK):
                 raise PermissionError(13, "Permission denied", full)

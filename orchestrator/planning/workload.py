@@ -10,15 +10,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 class Workload(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)  # as every section of the job file
 
-    model: str | None = Field(None, description="model factory, module:callable (e.g. jobs.cnn:SimpleCNN)")
+    model: str | None = Field(default=None, description="model factory, module:callable (e.g. jobs.cnn:SimpleCNN)")
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
-    input_shape: list[int] | None = Field(None, min_length=1, description="one sample's shape (with model:)")
+    input_shape: list[int] | None = Field(default=None, min_length=1, description="one sample's shape (with model:)")
     input_dtype: Literal["float32", "long"] = "float32"
     hf: str | dict[str, Any] | None = Field(
-        None, description="a Hugging Face config instead of model: a config.json, a directory with one, a model "
-                          "name in the local Hugging Face cache, or an inline mapping with model_type")
-    seq_len: int | None = Field(None, ge=1, description="tokens per sample (with hf:)")
-    num_classes: int = Field(10, ge=1)
+        default=None, description="a Hugging Face config instead of model: a config.json, a directory with one, "
+                                  "a model name in the local Hugging Face cache, or an inline mapping with model_type")
+    seq_len: int | None = Field(default=None, ge=1, description="tokens per sample (with hf:)")
+    num_classes: int = Field(default=10, ge=1)
     batch_size: int = Field(..., ge=1)
     dataset_size: int = Field(..., ge=1)
     epochs: int = Field(..., ge=1)
@@ -69,11 +69,15 @@ class Workload(BaseModel):
             return self.model
         from orchestrator.planning.hf_workload import config_name
 
+        assert self.hf is not None  # _one_model: either model or hf
         return f"hf:{config_name(self.hf)}"
 
     @property
     def sample_shape(self) -> list[int]:
-        return list(self.input_shape) if self.input_shape is not None else [self.seq_len]
+        if self.input_shape is not None:
+            return list(self.input_shape)
+        assert self.seq_len is not None  # _one_model: a model has input_shape, an hf config seq_len
+        return [self.seq_len]
 
     @property
     def steps_per_epoch(self) -> int:

@@ -206,13 +206,13 @@ class Scheduler:
             return []
         live = ss.live_jobs_by_schedule(self.store)
         plans = []
-        for sched in due:
+        for sched, due_at in due:
             try:
-                plans.append(self._decide(sched, now, live))
+                plans.append(self._decide(sched, due_at, now, live))
             except Exception as e:  # one broken schedule never stops the others
                 log.exception("schedule %s: cannot decide", sched.name)
                 nxt = self._next_or_none(sched, now)
-                plans.append((sched, sched.next_run_at, nxt, [("error", f"{type(e).__name__}: {e}")], None))
+                plans.append((sched, due_at, nxt, [("error", f"{type(e).__name__}: {e}")], None))
         decisions, starts = [], []
         with self.store.tx() as c:
             for sched, due_at, nxt, outcomes, spec in plans:
@@ -237,9 +237,9 @@ class Scheduler:
         except Exception:
             return None  # an unparseable row stays out of the loop instead of spinning it
 
-    def _decide(self, sched: ScheduleRecord, now: float, live: dict[str, str]):
+    def _decide(self, sched: ScheduleRecord, due_at: float, now: float, live: dict[str, str]):
         """-> (sched, due_at, next_run_at, [(outcome, detail)...], spec to fire or None)."""
-        cron, tz, due_at = sched.cron, sched.tz, sched.next_run_at
+        cron, tz = sched.cron, sched.tz
         nxt = st.next_fire_after(cron, tz, now)
         outcomes: list[tuple[str, str]] = []
         missed, latest, t = 0, due_at, due_at

@@ -37,7 +37,7 @@ class _Record:
 
     @classmethod
     def from_row(cls: type[R], row: sqlite3.Row | Mapping[str, Any]) -> R:
-        raw = dict(zip(row.keys(), tuple(row))) if isinstance(row, sqlite3.Row) else dict(row)
+        raw = dict(zip(row.keys(), tuple(row), strict=True)) if isinstance(row, sqlite3.Row) else dict(row)
         columns = {**raw, **cls._derived(raw)}
         values = {}
         for f in fields(cls):  # type: ignore[arg-type]

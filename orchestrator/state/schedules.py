@@ -43,11 +43,7 @@ def add_schedule(store: Store, job_path: str | Path, cron: str, *, tz: str | Non
     st.zone(tz)
     if monthly_cap is not None and not monthly_cap > 0:
         raise UsageError(f"--monthly-cap: must be a positive number of USD (got {monthly_cap})")
-    cap = monthly_cap or spec.budget.monthly_cap
-    if cap is not None and spec.budget.max_cost is None:
-        raise UsageError("--monthly-cap needs a per-run bound: add --max-cost (or budget.max_cost in the job file)")
-    if cap is not None and spec.budget.max_cost > cap:
-        raise UsageError(f"--max-cost {spec.budget.max_cost:g} is above the monthly cap {cap:g}: no run could fire")
+    _check_cap(monthly_cap or spec.budget.monthly_cap, spec.budget.max_cost)
     name = name or spec.name
     if not _NAME.match(name):
         raise UsageError(f"--name '{name}': use letters, digits, '-', '_' or '.' (up to 63)")
@@ -61,7 +57,17 @@ def add_schedule(store: Store, job_path: str | Path, cron: str, *, tz: str | Non
                   " max_cost, monthly_cap, paused, created_at, next_run_at) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)",
                   (sid, name, cron, tz, str(path), text, text_hash(text), int(follow_file), max_cost,
                    monthly_cap, now, st.next_fire_after(cron, tz, now)))
-    return get_schedule(store, sid)
+    return _require(store, sid)
+
+
+def _check_cap(cap: float | None, per_run: float | None) -> None:
+    """A monthly cap needs a per-run bound no larger than itself."""
+    if cap is None:
+        return
+    if per_run is None:
+        raise UsageError("--monthly-cap needs a per-run bound: add --max-cost (or budget.max_cost in the job file)")
+    if per_run > cap:
+        raise UsageError(f"--max-cost {per_run:g} is above the monthly cap {cap:g}: no run could fire")
 
 
 def get_schedule(store: Store, name_or_id: str) -> ScheduleRecord | None:
@@ -78,10 +84,10 @@ def _require(store: Store, name: str) -> ScheduleRecord:
     return row
 
 
-def due_schedules(store: Store, now: float) -> list[ScheduleRecord]:
-    """The schedules not paused whose next run is at or before `now`, earliest first."""
+def due_schedules(store: Store, now: float) -> list[tuple[ScheduleRecord, float]]:
+    """The schedules not paused whose next run is at or before `now`, each with that run's time, earliest first."""
     rows = store._query("SELECT * FROM schedules WHERE paused=0 AND next_run_at<=? ORDER BY next_run_at", (now,))
-    return [ScheduleRecord.from_row(r) for r in rows]
+    return [(ScheduleRecord.from_row(r), r["next_run_at"]) for r in rows]
 
 
 def next_wakeup(store: Store) -> float | None:
@@ -111,7 +117,7 @@ def set_paused(store: Store, name: str, paused: bool, now: float | None = None) 
     nxt = sched.next_run_at if paused else st.next_fire_after(sched.cron, sched.tz, now)
     with store.tx() as c:
         c.execute("UPDATE schedules SET paused=?, next_run_at=? WHERE id=?", (int(paused), nxt, sched.id))
-    return get_schedule(store, sched.id)
+    return _require(store, sched.id)
 
 
 def list_schedules(store: Store) -> list[ScheduleRecord]:
@@ -181,7 +187,8 @@ def _spec_cap(sched: ScheduleRecord) -> float | None:
 
 def spent(store: Store, schedule_id: str, since: float | None = None) -> float:
     """USD spent by the schedule's jobs (actual cost), optionally only those created since `since`."""
-    sql, args = "SELECT COALESCE(SUM(actual_cost), 0) FROM jobs WHERE schedule_id=?", [schedule_id]
+    sql = "SELECT COALESCE(SUM(actual_cost), 0) FROM jobs WHERE schedule_id=?"
+    args: list[str | float] = [schedule_id]
     if since is not None:
         sql += " AND created_at>=?"
         args.append(since)
@@ -225,6 +232,7 @@ def record_run(c: sqlite3.Connection, schedule_id: str, due_at: float, fired_at:
                detail: str = "", job_id: str | None = None) -> int:
     cur = c.execute("INSERT INTO schedule_runs (schedule_id, due_at, fired_at, job_id, outcome, detail) "
                     "VALUES (?,?,?,?,?,?)", (schedule_id, due_at, fired_at, job_id, outcome, detail))
+    assert cur.lastrowid is not None  # sqlite sets it on every INSERT into a rowid table
     return cur.lastrowid
 
 

@@ -25,3 +25,10 @@ def test_gcp_reads_its_project_quotas_and_all_stale_regions_in_one_call_each_aws
     assert len(SOURCES["gcp"].quota_reads(object(), [GLOBAL, "us-central1", "europe-west4"])) == 2
     assert len(SOURCES["gcp"].quota_reads(object(), ["us-central1"])) == 1
     assert len(SOURCES["aws"].quota_reads(object(), ["us-east-1", "us-west-2"])) == 2
+
+
+def test_the_refresher_reads_prices_of_every_cloud_with_sources():
+    from infra.refresh.sources import SOURCES
+    from orchestrator.planning.catalog_refresh import CLOUD_READS
+
+    assert list(CLOUD_READS) == list(SOURCES)
