@@ -15,9 +15,9 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/dlrun submit configs/examples/digits_cnn.yaml --max-cost 5
 
-# ruff and pyright on the folders turned on so far (pyproject.toml [tool.ruff] / [tool.pyright]); seconds
+# ruff and pyright on the product code: infra/, orchestrator/, jobs/ (pyproject.toml [tool.ruff] / [tool.pyright]); seconds
 lint: setup
-	$(VENV)/bin/ruff check infra orchestrator/runs
+	$(VENV)/bin/ruff check infra orchestrator jobs
 	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(VENV)/bin/pyright  # no look-up of a newer pyright on PyPI
 
 # pytest exits 5 when no tests were collected: make fails on it, as on any failure.
