@@ -48,10 +48,12 @@ def _measured_machine(request, dlrun_home):
 
 @pytest.fixture(scope="session", autouse=True)
 def _libraries_imported():
-    """Libraries whose import starts a process, imported once before the guard is up (as by any dlrun command
+    """Libraries whose import leaves the process once, imported before the guard is up (as by any dlrun command
     that needs them): croniter (dlrun's cron) asks platform.architecture(), which runs `file` on the
-    interpreter (croniter/croniter.py, is_32bit)."""
-    importlib.import_module("croniter")
+    interpreter (croniter/croniter.py, is_32bit); urllib3 (under requests, boto3 and Ray's job SDK) binds a
+    socket to ::1 to learn whether IPv6 works (urllib3/util/connection.py, HAS_IPV6)."""
+    for name in ("croniter", "urllib3"):
+        importlib.import_module(name)
 
 
 @pytest.fixture(autouse=True)
