@@ -2,7 +2,7 @@
 network socket, starting a process or starting Ray raises UnitTierBreach, and is recorded, so that a test
 whose code swallows the error (`except Exception`) still fails with the same one line.
 
-Guarded, while a unit test (and the fixtures it asks for) runs:
+Guarded while a unit test and its function-scoped fixtures run (in every thread):
 - sockets: socket.socket connect/connect_ex/bind of any family (create_connection, urllib, asyncio and
   HTTP clients all end there; AF_UNIX too: nothing in the tier needs one, and a local daemon is as much
   outside the process as a server). socket.socketpair (asyncio's self-pipe) connects nothing and is allowed;
@@ -11,9 +11,9 @@ Guarded, while a unit test (and the fixtures it asks for) runs:
   spawn and forkserver start methods call it directly);
 - Ray: ray.init, also when ray is first imported during the test (a connection to a running head goes
   through Ray's C++ client, which the socket guard cannot see).
-Not guarded: sockets and processes made by C extensions without Python's socket, subprocess or os
-modules (grpc, a library's own threads). The session-wide measurements the tier shares (the CPU probe,
-a local job's start, tests/unit/conftest.py) are taken before the guard is up.
+Not guarded: sockets and processes made by C extensions without Python's socket, subprocess or os modules
+(grpc); module- and session-scoped fixtures, set up before it: the measurements the tier shares (the CPU
+probe, a local job's start) and the libraries whose import leaves the process (tests/unit/conftest.py).
 """
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def _libraries_imported():
 
 @pytest.fixture(autouse=True)
 def in_process_guard(request, _libraries_imported, _measured_machine, monkeypatch):
-    """Every unit test, and the fixtures it asks for, runs guarded (after the session's measurements)."""
+    """Every unit test and its function-scoped fixtures run guarded (after the session's measurements)."""
     guard = InProcessGuard()
     request.node.stash[GUARD] = guard
     guard.install(monkeypatch)
@@ -68,12 +68,17 @@ def in_process_guard(request, _libraries_imported, _measured_machine, monkeypatc
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A test whose code caught the guard's error (`except Exception`) fails all the same, with its line."""
+    """A test whose code caught the guard's error (`except Exception`) fails all the same, with its line (and a
+    test that failed otherwise shows the line beside its own failure: the breach is likely why)."""
     report = yield
     guard = item.stash.get(GUARD, None)
-    if report.when == "call" and report.passed and guard is not None and guard.breaches:
+    if report.when != "call" or guard is None or not guard.breaches:
+        return report
+    if report.passed:
         report.outcome = "failed"
         report.longrepr = guard.breaches[0]
+    else:
+        report.sections.append(("unit tier", "\n".join(guard.breaches)))
     return report
 
 
