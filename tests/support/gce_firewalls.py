@@ -15,9 +15,7 @@ from tests.support.gce_state import GceState
 
 
 class FirewallApi(GceState):
-    """Mixed into FakeGce (the tables and helpers of GceState), with this table of its own."""
-
-    firewalls: dict  # name -> firewall JSON
+    """Mixed into FakeGce: the firewalls table and helpers of GceState."""
 
     def _route_firewall(self, method: str, parts: list[str], query: dict, body: dict | None) -> dict | None:
         """The answer for a firewall path, or None when the path is not one."""

@@ -13,6 +13,7 @@ class GceState:
     instances: dict  # (zone, name) -> instance JSON
     disks: dict  # (zone, name) -> disk JSON
     operations: dict  # (zone or "global", name) -> operation JSON
+    firewalls: dict  # name -> firewall JSON
     common_metadata: dict  # the project's common instance metadata, key -> value
     iam_policies: dict  # ("instances"|"disks", zone, name) -> IAM policy JSON
     iam: Any  # a FakeGcs (tests/support/gcs_server.py), whose `accounts` IAM serves; None: not checked
@@ -28,6 +29,8 @@ class GceState:
 
         def _operation(self, zone: str, kind: str, target: str, *, done: bool = False,
                        error: tuple | None = None, user: str = "dlrun@example.com") -> dict: ...
+
+        def _poll(self, key: Any, what: str) -> dict: ...
 
         def _delete_instance(self, zone: str, name: str, user: str = "dlrun@example.com") -> dict: ...
 
