@@ -65,10 +65,8 @@ class InProcessGuard:
             mp.setattr(socket.socket, method, self._refusing_socket_call(method))
 
     def _refusing_socket_call(self, method: str) -> Callable[..., Any]:
-        guard = self
-
         def refused(sock: socket.socket, address: Any) -> Any:
-            raise guard.refuse(f"it called socket.{method}({address!r}) on a {sock.family.name} socket")
+            raise self.refuse(f"it called socket.{method}({address!r}) on a {sock.family.name} socket")
         return refused
 
     def _guard_processes(self, mp: pytest.MonkeyPatch) -> None:
