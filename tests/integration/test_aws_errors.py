@@ -36,8 +36,8 @@ def test_a_vcpu_quota_refusal_blocks_its_bucket_and_market_in_that_region_only(s
         provider.launch(request_for("quota", instance_type, spot=spot, nodes=2))
     e = err.value
     assert e.scope == "quota" and e.region == REGION
-    assert e.quota == QuotaScope(cloud="aws", region=REGION, market="spot" if spot else "on-demand",
-                                 families=families, quota=quota)
+    assert e.quota is not None and e.quota == QuotaScope(cloud="aws", region=REGION, families=families,
+                                                         market="spot" if spot else "on-demand", quota=quota)
     # the message: one line, which quota (name, code, region), how many vCPUs, the command that asks for it
     vcpus = offer(instance_type).vcpus * 2
     assert "\n" not in e.message and quota in e.message and REGION in e.message and code in e.message
@@ -107,24 +107,20 @@ def test_an_instance_that_ends_at_start_for_capacity_moves_the_launch_to_the_nex
     assert_nothing_left(ec2, "late-ice")
 
 
-def test_instances_that_end_at_start_in_every_zone_are_a_capacity_error_naming_the_reason(session):
-    end_while_starting(session, REGION)
+@pytest.mark.parametrize("code, message, spot, named", [
+    ("Server.InsufficientInstanceCapacity", "", False,  # the message end_while_starting gives it
+     ["Server.InsufficientInstanceCapacity: Insufficient capacity", "us-east-1a", "us-east-1f"]),
+    ("Server.SpotInstanceTermination", "Server.SpotInstanceTermination: Spot instance termination", True,
+     ["Spot instance termination"]),
+], ids=["insufficient-capacity", "spot-reclaimed"])
+def test_instances_that_end_at_start_in_every_zone_are_a_capacity_error_naming_the_reason(session, code, message,
+                                                                                          spot, named):
+    end_while_starting(session, REGION, code, message=message)
     provider, ec2 = make_provider(session), session.client("ec2")
     with pytest.raises(CapacityError) as err:
-        provider.launch(make_request("no-room"))
-    assert "Server.InsufficientInstanceCapacity: Insufficient capacity" in err.value.message
-    assert err.value.scope == "offer" and "us-east-1a" in err.value.message and "us-east-1f" in err.value.message
+        provider.launch(make_request("no-room", spot=spot))
+    assert err.value.scope == "offer" and all(text in err.value.message for text in named)
     assert_nothing_left(ec2, "no-room")
-
-
-def test_a_spot_instance_reclaimed_at_start_everywhere_is_a_capacity_error(session):
-    end_while_starting(session, REGION, "Server.SpotInstanceTermination",
-                       message="Server.SpotInstanceTermination: Spot instance termination")
-    provider, ec2 = make_provider(session), session.client("ec2")
-    with pytest.raises(CapacityError) as err:
-        provider.launch(make_request("reclaimed", spot=True))
-    assert "Spot instance termination" in err.value.message and err.value.scope == "offer"
-    assert_nothing_left(ec2, "reclaimed")
 
 
 def test_an_instance_that_ends_at_start_for_another_reason_is_a_provision_error(session):

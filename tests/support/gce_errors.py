@@ -1,9 +1,11 @@
-"""GCE-shaped API errors of the fake Compute Engine (tests/support/gce_server.py)."""
+"""GCE-shaped API errors of the fake Compute Engine (tests/support/gce_server.py), and the resource names and
+REST paths every part of it checks."""
 from __future__ import annotations
 
 import re
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+PREFIX = "/compute/v1/projects/"  # where every Compute Engine REST path starts
 
 
 STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",

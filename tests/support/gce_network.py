@@ -14,18 +14,20 @@ import ipaddress
 import re
 
 from tests.support.gce_errors import NAME_RE, ApiError, bad_request
+from tests.support.gce_state import GceState
 
 # the GPU an accelerator-optimized machine family comes with
 BUILT_IN_ACCELERATORS = {"a2-": "nvidia-tesla-a100", "a3-": "nvidia-h100-80gb", "g2-": "nvidia-l4"}
 
 
-class NetworkApi:
-    """Mixed into FakeGce: uses its project, _link, _get, _operation, _lock and these tables."""
+class NetworkApi(GceState):
+    """Mixed into FakeGce (the tables and helpers of GceState), with these of its own."""
 
     networks: dict  # name -> network JSON
     subnetworks: dict  # (region, name) -> subnetwork JSON
-    common_metadata: dict  # the project's common instance metadata, key -> value
     zone_offerings: dict  # zone -> accelerator types it offers (a zone not listed offers all)
+    _subnet_next: dict  # subnetwork link -> the next host number it hands out
+    _address_seed: int  # where this fake's addresses start (random: FakeGce.__post_init__)
 
     # ------------------------------------------------------------ test helpers
     def offer_only(self, zone: str, *accelerator_types: str) -> None:
@@ -152,7 +154,7 @@ class NetworkApi:
             return ""
         m = re.search(r"regions/([^/]+)/subnetworks/([^/]+)$", nic["subnetwork"])
         sub = self.subnetworks.get((m.group(1), m.group(2))) if m else None
-        if sub is None or m.group(1) != region:
+        if m is None or sub is None or m.group(1) != region:
             raise bad_request(f"Invalid value for field 'resource.networkInterfaces[0].subnetwork': "
                               f"'{nic['subnetwork']}'. The referenced subnetwork resource cannot be found.")
         if not self.same(nic["network"], sub["network"]):

@@ -25,15 +25,21 @@ def cands(plan, cloud, spot):
     return [c for c in plan.candidates if c.offer.cloud == cloud and c.spot == spot]
 
 
+def chosen_bucket(plan) -> str:
+    """Where the chosen candidate keeps its checkpoints (the plan chose one, with a bucket)."""
+    assert plan.chosen is not None and plan.chosen.checkpoint, plan.notes
+    return plan.chosen.checkpoint
+
+
 def test_aws_candidates_keep_checkpoints_in_dlruns_bucket_of_their_region(monkeypatch):
     monkeypatch.setenv("DLRUN_OWNER", "alice")
     plan = planner.plan(spec(resources={"clouds": ["aws"], "spot": "always"}), CATALOG, profile=PROFILE)
     spot = cands(plan, "aws", True)
     assert spot and all(c.checkpoint == run_bucket_url("alice", c.offer.region) for c in spot)
-    assert plan.chosen.spot and plan.chosen.checkpoint.startswith("s3://dlrun-")
+    assert plan.chosen and plan.chosen.spot and chosen_bucket(plan).startswith("s3://dlrun-")
     (note,) = [n for n in plan.notes if "checkpoints in" in n]
-    assert plan.chosen.checkpoint in note and "30 days" in note
-    assert plan.to_json()["chosen"]["checkpoint"] == plan.chosen.checkpoint
+    assert chosen_bucket(plan) in note and "30 days" in note
+    assert plan.to_json()["chosen"]["checkpoint"] == chosen_bucket(plan)
 
 
 def test_gcp_candidates_keep_checkpoints_in_dlruns_gs_bucket_of_their_region(monkeypatch):
@@ -43,9 +49,9 @@ def test_gcp_candidates_keep_checkpoints_in_dlruns_gs_bucket_of_their_region(mon
     spot = cands(plan, "gcp", True)
     assert spot and all(c.checkpoint == gcp_bucket_url("alice", c.offer.region) for c in spot)
     assert [c for c in spot if runnable(s, c) and c.eligible]  # spot on GCP is allowed again
-    assert plan.chosen.spot and plan.chosen.checkpoint.startswith("gs://dlrun-")
+    assert plan.chosen and plan.chosen.spot and chosen_bucket(plan).startswith("gs://dlrun-")
     (note,) = [n for n in plan.notes if "checkpoints in" in n]
-    assert plan.chosen.checkpoint in note and "30 days" in note
+    assert chosen_bucket(plan) in note and "30 days" in note
     # restarts on error relaunch the cluster: on-demand GCP candidates get the bucket too
     plan = planner.plan(spec(resources={"clouds": ["gcp"], "spot": "never"}, max_restarts_on_errors=1),
                         CATALOG, profile=PROFILE)
@@ -57,25 +63,20 @@ def test_gcp_candidates_keep_checkpoints_in_dlruns_gs_bucket_of_their_region(mon
     assert any("own disk" in n for n in plan.notes)
 
 
-def test_the_jobs_bucket_is_used_where_its_cloud_can_reach_it():
-    s = spec(checkpoint="s3://team/exp/", resources={"clouds": ["aws", "gcp"]})
+@pytest.mark.parametrize("checkpoint, reaching, other, other_gets", [
+    ("s3://team/exp/", "aws", "gcp", "gs://"),  # an s3:// checkpoint: AWS nodes reach it, GCP nodes do not
+    ("gs://team/exp/", "gcp", "aws", "s3://"),  # a gs:// checkpoint: GCP nodes reach it, AWS nodes do not
+])
+def test_the_jobs_bucket_is_used_where_its_cloud_can_reach_it(checkpoint, reaching, other, other_gets):
+    s = spec(checkpoint=checkpoint, resources={"clouds": ["aws", "gcp"]})
     plan = planner.plan(s, CATALOG, profile=PROFILE)
-    assert {c.checkpoint for c in plan.candidates if c.offer.cloud == "aws"} == {"s3://team/exp"}
-    gcp = [c for c in plan.candidates if c.offer.cloud == "gcp"]
-    assert gcp and all(not c.eligible for c in gcp)
-    assert all("out of reach of gcp nodes (they get gs:// credentials only)" in c.reason
-               for c in gcp if runnable(s, c))
-    assert plan.chosen.offer.cloud == "aws"
-    # a gs:// checkpoint: GCP nodes reach it, AWS nodes do not
-    s = spec(checkpoint="gs://team/exp/", resources={"clouds": ["aws", "gcp"]})
-    plan = planner.plan(s, CATALOG, profile=PROFILE)
-    assert {c.checkpoint for c in plan.candidates if c.offer.cloud == "gcp"} == {"gs://team/exp"}
-    aws = [c for c in plan.candidates if c.offer.cloud == "aws"]
-    assert aws and all(not c.eligible for c in aws)
-    assert all("out of reach of aws nodes (they get s3:// credentials only)" in c.reason
-               for c in aws if runnable(s, c))
-    assert plan.chosen.offer.cloud == "gcp"
-    assert plan.chosen.checkpoint in [n for n in plan.notes if "checkpoints in" in n][0]
+    assert {c.checkpoint for c in plan.candidates if c.offer.cloud == reaching} == {checkpoint.rstrip("/")}
+    unreached = [c for c in plan.candidates if c.offer.cloud == other]
+    assert unreached and all(not c.eligible for c in unreached)
+    assert all(f"out of reach of {other} nodes (they get {other_gets} credentials only)" in (c.reason or "")
+               for c in unreached if runnable(s, c))
+    assert plan.chosen and plan.chosen.offer.cloud == reaching
+    assert chosen_bucket(plan) in [n for n in plan.notes if "checkpoints in" in n][0]
 
 
 def test_a_local_checkpoint_dir_with_a_cloud_is_refused_at_plan_time(tmp_path):
@@ -92,5 +93,7 @@ def test_a_local_checkpoint_dir_with_a_cloud_is_refused_at_plan_time(tmp_path):
 def test_owner_identity_names_the_bucket(monkeypatch):
     monkeypatch.setenv("DLRUN_OWNER", "bob")
     assert run_bucket_url(owner_identity(), "us-east-1") != run_bucket_url("alice", "us-east-1")
-    assert run_bucket_url("bob", "eu-west-1").startswith("s3://dlrun-") and "eu-west-1" in run_bucket_url("bob", "eu-west-1")
-    assert gcp_bucket_url("bob", "us-central1") == f"gs://{run_bucket_url('bob', 'us-central1')[5:]}"  # one name per owner+region
+    bucket = run_bucket_url("bob", "eu-west-1")
+    assert bucket.startswith("s3://dlrun-") and "eu-west-1" in bucket
+    # one name per owner and region, on either cloud
+    assert gcp_bucket_url("bob", "us-central1") == f"gs://{run_bucket_url('bob', 'us-central1')[5:]}"
