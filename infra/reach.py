@@ -32,6 +32,16 @@ def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
     return ports
 
 
+# the ports every Ray node opens; Ray's fixed defaults (agent 52365, ...) clash with any other Ray on this machine
+RAY_NODE_PORT_FLAGS = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+                       "--node-manager-port", "--object-manager-port")
+
+
+def free_port_flags(flags: tuple[str, ...], taken: tuple[int, ...] = ()) -> list[str]:
+    """`--flag=PORT` for each flag, every port free, distinct and not in taken."""
+    return [f"{flag}={port}" for flag, port in zip(flags, free_ports(len(flags), taken), strict=True)]
+
+
 def port_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

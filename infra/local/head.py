@@ -24,7 +24,8 @@ from pathlib import Path
 
 from infra.base import CredentialsError, ProvisionError
 from infra.paths import dlrun_home
-from infra.reach import HeadExited, ask_head, dashboard_alive, free_port, free_ports, port_free, wait_dashboard  # noqa: F401
+from infra.reach import (RAY_NODE_PORT_FLAGS, HeadExited, ask_head, dashboard_alive, free_port,  # noqa: F401
+                         free_port_flags, free_ports, port_free, wait_dashboard)
 
 DEFAULT_DASHBOARD_PORT = 8265
 DEFAULT_GCS_PORT = 6379
@@ -199,12 +200,6 @@ def _start_with_retries(port: int, num_cpus: int | None, timeout: float) -> Loca
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _free_port_flags(*taken: int) -> list[str]:
-    flags = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
-             "--ray-client-server-port", "--node-manager-port", "--object-manager-port")
-    return [f"{flag}={port}" for flag, port in zip(flags, free_ports(len(flags), taken), strict=True)]
-
-
 def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeout: float = 90.0,
                      gcs_port: int | None = None) -> LocalHead:
     gcs_port = gcs_port or free_port(DEFAULT_GCS_PORT)
@@ -219,7 +214,8 @@ def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeou
            f"--metrics-export-port={metrics_port}", "--include-dashboard=true", f"--temp-dir={temp_dir}",
            # Ray's fixed default ports (agent 52365, client 10001, ...) clash with any other Ray on
            # this machine and the losing head never gets a job agent: take free ones
-           *_free_port_flags(metrics_port, gcs_port, dashboard_port)]
+           *free_port_flags((*RAY_NODE_PORT_FLAGS, "--ray-client-server-port"),
+                            (metrics_port, gcs_port, dashboard_port))]
     if num_cpus:
         cmd.append(f"--num-cpus={num_cpus}")
     # token authentication, with dlrun's own token (never ~/.ray/auth_token, which any earlier local

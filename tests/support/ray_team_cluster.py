@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.reach import HeadExited, free_ports, wait_dashboard
+from infra.reach import RAY_NODE_PORT_FLAGS, HeadExited, free_port_flags, free_ports, wait_dashboard
 
 
 @dataclass
@@ -110,10 +110,7 @@ def _ray() -> list[str]:
 
 
 def _ports(*taken: int) -> list[str]:
-    # Ray's fixed defaults (agent 52365, ...) clash with every other Ray on this machine
-    flags = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
-             "--node-manager-port", "--object-manager-port", "--metrics-export-port")
-    return [f"{flag}={port}" for flag, port in zip(flags, free_ports(len(flags), taken), strict=True)]
+    return free_port_flags((*RAY_NODE_PORT_FLAGS, "--metrics-export-port"), taken)
 
 
 def _log_tail(log: Path, lines: int = 25) -> str:
