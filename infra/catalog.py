@@ -13,25 +13,34 @@ from infra.paths import spot_prices_path
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """Datasheet figures of one GPU (configs/catalog/gpus.csv): dense peaks, no sparsity.
+
+    Tensor-core peaks are with fp32 accumulation, as PyTorch runs them (GeForce cards run that at half
+    their fp16-accumulate rate). A peak left empty means the GPU has no such math path."""
+
     name: str
     architecture: str
     memory_gb: float
     memory_bandwidth_gbps: float
     fp32_tflops: float
-    fp16_tensor_tflops: float | None
-    bf16: bool
-    tensor_cores: bool
+    tf32_tflops: float | None
+    fp16_tflops: float | None
+    bf16_tflops: float | None
+    sm_count: int
+    boost_clock_mhz: int
     host_link_gbps: float
     gcp_accelerator_type: str = ""
     aliases: tuple[str, ...] = ()
 
-    def peak_tflops(self, precision: str) -> float:
-        """Peak dense TFLOPS for a precision; falls back to fp32 where the GPU has no fast path."""
-        if precision == "fp16" and self.fp16_tensor_tflops:
-            return self.fp16_tensor_tflops
-        if precision == "bf16" and self.bf16 and self.fp16_tensor_tflops:
-            return self.fp16_tensor_tflops
-        return self.fp32_tflops
+    @property
+    def has_tf32(self) -> bool:
+        """Ampere and later: cuDNN runs fp32 convolutions and RNNs as TF32 by PyTorch's default."""
+        return self.tf32_tflops is not None
+
+    def peak_tflops(self, math: str) -> float:
+        """Peak dense TFLOPS of a math mode (fp32, tf32, fp16, bf16); the fp32 peak where the GPU lacks it."""
+        peak = {"tf32": self.tf32_tflops, "fp16": self.fp16_tflops, "bf16": self.bf16_tflops}.get(math)
+        return peak or self.fp32_tflops
 
 
 @dataclass(frozen=True)
@@ -103,8 +112,9 @@ def _load_gpus(catalog_dir: Path) -> dict[str, GpuSpec]:
             spec = GpuSpec(
                 name=r["accelerator"], architecture=r["architecture"],
                 memory_gb=float(r["memory_gb"]), memory_bandwidth_gbps=float(r["memory_bandwidth_gbps"]),
-                fp32_tflops=float(r["fp32_tflops"]), fp16_tensor_tflops=_f(r["fp16_tensor_tflops"]),
-                bf16=r["bf16"] == "yes", tensor_cores=r["tensor_cores"] == "yes",
+                fp32_tflops=float(r["fp32_tflops"]), tf32_tflops=_f(r["tf32_tensor_tflops"]),
+                fp16_tflops=_f(r["fp16_tensor_tflops"]), bf16_tflops=_f(r["bf16_tensor_tflops"]),
+                sm_count=int(r["sm_count"]), boost_clock_mhz=int(r["boost_clock_mhz"]),
                 host_link_gbps=float(r["host_link_gbps"]), gcp_accelerator_type=r["gcp_accelerator_type"],
                 aliases=aliases,
             )

@@ -44,9 +44,11 @@ def test_gpu_specs_have_what_the_roofline_needs():
     for name in gpu_names():
         g = gpu_spec(name)
         assert g.memory_gb > 0 and g.memory_bandwidth_gbps > 0 and g.fp32_tflops > 0 and g.host_link_gbps > 0
-        assert g.peak_tflops("fp16") >= g.fp32_tflops
+        assert g.peak_tflops("fp16") >= g.fp32_tflops and g.sm_count > 0 and g.boost_clock_mhz > 0
+        assert g.peak_tflops("bf16") >= g.peak_tflops("tf32") >= g.fp32_tflops or not g.has_tf32
     assert canonical_gpu("v100-16gb") == "V100" and canonical_gpu("nope") is None
     assert gpu_spec("T4").peak_tflops("bf16") == gpu_spec("T4").fp32_tflops  # no bf16 on Turing
+    assert not gpu_spec("V100").has_tf32 and gpu_spec("A100").has_tf32  # TF32 from Ampere on
 
 
 def test_refreshed_spot_prices_override_with_their_own_date(dlrun_home):
