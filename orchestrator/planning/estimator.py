@@ -1,11 +1,11 @@
-"""(profile, offer) -> Estimate: predicted step time, run time, hours and dollars, and memory fit.
+"""(profile, offer) -> Estimate: predicted step time (with its range), run time, hours and dollars, memory fit.
 
-Step time is a per-operator roofline: each op takes the longest of its FLOPs at the precision's
-peak × an efficiency, its bytes at the memory bandwidth × an efficiency, and its kernel launches
-(small models are launch-bound, which one global efficiency cannot express). Add a fixed per-step
-overhead, the host→device copy of the batch and, with several GPUs, the gradient all-reduce.
-The local backend uses measured steps instead. Finished runs correct the result per
-(accelerator, model family) — see history_from_store.
+On a GPU the step is priced kernel by kernel from the GPU's calibration (gpu_time.py: what CUDA runs, at the
+math mode PyTorch picks, overlapped with the host's dispatch). This machine's CPU or CUDA GPU uses the steps
+measured on it; other GPUs are then scaled from this machine's GPU by the ratio of the two predictions
+(Habitat's method). A CPU step too big to time here is a roofline of the CPU probe. Every estimate carries a
+range (90 %) from the calibration's residuals, narrowed by finished runs, which also correct the result per
+(accelerator, model family) — see history_from_store. The budget is checked against the range's high end.
 """
 from __future__ import annotations
 
@@ -17,16 +17,10 @@ from infra import kind, runs_here
 from infra.catalog import GpuSpec, Offer, gpu_spec
 from orchestrator.planning.data_inputs import transfer_seconds
 
-# Calibrated priors (the few constants of the model). GPU figures: eager PyTorch on cloud GPUs.
-COMPUTE_EFFICIENCY = {"fp32": 0.60, "tensor": 0.45}  # of datasheet peak, for matmul/conv
-OLD_ARCH_COMPUTE_EFFICIENCY = 0.45  # Kepler/Maxwell: poorer cuDNN kernels
-MEMORY_EFFICIENCY = 0.70  # of datasheet bandwidth, for elementwise/norm/optimizer ops
-GPU_LAUNCH_SECONDS = 12e-6  # per op: dispatcher + kernel launch of eager PyTorch
-GPU_STEP_OVERHEAD_SECONDS = 2e-3  # Python loop, DataLoader, loss.item() sync
+# Priors of the CPU model (the GPU's are calibration data: gpu_calibration.py)
 CPU_COMPUTE_EFFICIENCY = 0.55  # of the measured matmul probe
 CPU_LAUNCH_SECONDS = 15e-6
 CPU_STEP_OVERHEAD_SECONDS = 1e-3
-INTER_NODE_GBPS = 3.0  # effective all-reduce bandwidth between cloud nodes (GB/s)
 MEMORY_SAFETY = 1.15  # allocator fragmentation and workspace
 CUDA_CONTEXT_GB = 0.5
 # provision + boot + install; a team cluster only starts the job (its runtime env: the code upload)
@@ -40,6 +34,12 @@ EVAL_FRACTION = 0.25 / 3
 # the job process's own start: data set load and model build (the built-in jobs: ~2 s here,
 # mostly importing scikit-learn and reading the digits); part of the run, not of the cluster start-up
 JOB_START_SECONDS = 2.0
+# a CUDA job's own start on top of that: importing the CUDA build of torch (3.4-4.4 s on the H200's host
+# against ~1.5 s for the CPU wheel), the CUDA context (0.3-0.4 s) and cuDNN's initialisation (0.2-0.6 s)
+GPU_JOB_START_SECONDS = 3.2
+# the log-sigma of a step that was measured (on this machine's CPU or GPU), and of a CPU step scaled to a VM
+MEASURED_SIGMA, SCALED_CPU_SIGMA, CPU_ROOFLINE_SIGMA, REFERENCE_SIGMA = 0.08, 0.35, 0.5, 0.3
+RANGE_Z = 1.645  # the range is the central 90 %
 
 CPU_THREAD_SCALING = 0.6  # speedup of torch training steps per extra core (assumed)
 
@@ -64,6 +64,10 @@ class Estimate:
     basis: str = "roofline"  # roofline | measured
     start_seconds: float = 0.0  # the job process's fixed start inside run_seconds (corrected)
     data_seconds: float = 0.0  # moving the job's data: inputs to the nodes (inside startup_seconds)
+    step_low: float = 0.0  # the step's range (90 %), corrected like step_seconds
+    step_high: float = 0.0
+    hours_high: float = 0.0  # the whole job at the range's high end: what the budget is checked against
+    cost_high: float = 0.0
 
     @property
     def total_seconds(self) -> float:
@@ -75,32 +79,29 @@ class Estimate:
 
 # --- step time ---------------------------------------------------------------------------------
 
-def _gpu_compute_tflops(gpu: GpuSpec, precision: str) -> float:
-    peak = gpu.peak_tflops(precision)
-    if gpu.architecture.startswith(("Kepler", "Maxwell")):
-        eff = OLD_ARCH_COMPUTE_EFFICIENCY
-    else:
-        eff = COMPUTE_EFFICIENCY["tensor" if peak != gpu.fp32_tflops else "fp32"]
-    return peak * eff
-
-
 def _roofline(profile, flops_per_s: float, bytes_per_s: float, launch_s: float, split: int) -> float:
-    """Sum over ops of max(compute, memory, launches); `split` GPUs share the batch."""
+    """Sum over ops of max(compute, memory, launches); `split` cores or GPUs share the batch."""
     total = 0.0
     for op in profile.ops:
-        total += max(op.flops / split / flops_per_s, op.bytes / split / bytes_per_s, op.count * launch_s)
+        if op.kind == "host":
+            continue
+        total += max(op.flops / split / flops_per_s, op.bytes / split / bytes_per_s, op.kernel_launches * launch_s)
     return total
 
 
+def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1):
+    """The step on `gpu` (gpu_time.StepTime: seconds, sigma, basis), memoised on the profile."""
+    from orchestrator.planning.gpu_time import gpu_step as price
+
+    cache = profile.__dict__.setdefault("_gpu_cache", {})
+    key = (gpu.name, gpus_per_node, num_nodes)
+    if key not in cache:
+        cache[key] = price(profile, gpu, gpus_per_node, num_nodes)
+    return cache[key]
+
+
 def gpu_step_seconds(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1) -> float:
-    n = max(1, gpus_per_node * num_nodes)
-    step = _roofline(profile, _gpu_compute_tflops(gpu, profile.precision) * 1e12,
-                     gpu.memory_bandwidth_gbps * 1e9 * MEMORY_EFFICIENCY, GPU_LAUNCH_SECONDS, n)
-    step += GPU_STEP_OVERHEAD_SECONDS + profile.batch_input_bytes / n / (gpu.host_link_gbps * 1e9)
-    if n > 1:  # ring all-reduce of the gradients
-        link = INTER_NODE_GBPS if num_nodes > 1 else gpu.host_link_gbps
-        step += 2 * (n - 1) / n * profile.grad_bytes / (link * 1e9)
-    return step
+    return gpu_step(profile, gpu, gpus_per_node, num_nodes).seconds
 
 
 def cpu_roofline_step_seconds(profile, probe: dict) -> float:
@@ -119,37 +120,65 @@ def needed_gb(profile, gpus: int = 1) -> float:
 
 # --- the estimate -----------------------------------------------------------------------------
 
-def _offer_step(profile, offer: Offer, num_nodes: int) -> tuple[float, str]:
-    """(seconds per step, basis) for an offer, memoised on the profile (the planner asks 10,000×)."""
+@dataclass(frozen=True)
+class StepBasis:
+    seconds: float
+    basis: str  # measured | scaled from this machine's GPU | roofline | scaled CPU
+    sigma: float  # log-error at one sigma
+    detail: str = ""  # where the figures come from, in words
+
+
+def _offer_step(profile, offer: Offer, num_nodes: int) -> StepBasis:
+    """The step of an offer and its basis, memoised on the profile (the planner asks 10,000×)."""
     cache = profile.__dict__.setdefault("_step_cache", {})
     here = runs_here(offer.cloud)
     key = (here, offer.accelerator, offer.accelerator_count, num_nodes)
-    if key in cache:
-        return cache[key]
+    if key not in cache:
+        cache[key] = _step_basis(profile, offer, here, num_nodes)
+    return cache[key]
+
+
+def _cpu_step(profile) -> tuple[float, bool]:
+    """(this machine's CPU step, measured?)"""
+    if "cpu" in profile.local_step_seconds:
+        return profile.local_step_seconds["cpu"], True
+    from orchestrator.planning.probe import cpu_probe
+
+    return cpu_roofline_step_seconds(profile, cpu_probe()), False
+
+
+def _step_basis(profile, offer: Offer, here: bool, num_nodes: int) -> StepBasis:
     measured = profile.local_step_seconds
-    if here and offer.accelerator is None:
-        if "cpu" in measured:
-            result = (measured["cpu"], "measured")
-        else:
-            from orchestrator.planning.probe import cpu_probe
+    reference = profile.source != "measured"
+    if offer.accelerator is None:
+        base, timed = _cpu_step(profile)
+        if here:
+            return StepBasis(base, "measured" if timed else "roofline",
+                             MEASURED_SIGMA if timed else CPU_ROOFLINE_SIGMA)
+        return StepBasis(base / cpu_speedup(offer.vcpus, profile.local_threads or 1), "scaled CPU",
+                         SCALED_CPU_SIGMA)
+    count = max(1, offer.accelerator_count)
+    local_gpu = profile.gpu_name
+    if here and "cuda" in measured and count == 1 and (not local_gpu or _same_gpu(offer.accelerator, local_gpu)):
+        return StepBasis(measured["cuda"], "measured", MEASURED_SIGMA, f"timed on this machine's {local_gpu or 'GPU'}")
+    gpu = gpu_spec(offer.accelerator or "")
+    if gpu is None:  # a GPU the table does not know: only a measurement can say (planner excludes it otherwise)
+        return StepBasis(measured.get("cuda", math.inf), "measured" if "cuda" in measured else "unknown GPU",
+                         MEASURED_SIGMA, "")
+    step = gpu_step(profile, gpu, count, num_nodes)
+    here_spec = gpu_spec(local_gpu) if local_gpu and "cuda" in measured else None
+    if here_spec is not None:  # Habitat's method: this GPU's measured step × the ratio of the two predictions
+        ratio = step.seconds / gpu_step(profile, here_spec).seconds
+        return StepBasis(measured["cuda"] * ratio, f"scaled from this machine's {here_spec.name}",
+                         math.hypot(MEASURED_SIGMA, step.sigma / 2), f"measured on this machine's {here_spec.name}, "
+                         f"scaled by the predictions' ratio ({step.basis})")
+    sigma = REFERENCE_SIGMA if reference else step.sigma
+    return StepBasis(step.seconds, "roofline", sigma, step.basis)
 
-            result = (cpu_roofline_step_seconds(profile, cpu_probe()), "roofline")
-    elif here and "cuda" in measured:
-        result = (measured["cuda"], "measured")
-    elif offer.accelerator is None:  # a cloud CPU VM: this machine's CPU step, scaled by its cores
-        if "cpu" in measured:
-            base = measured["cpu"]
-        else:
-            from orchestrator.planning.probe import cpu_probe
 
-            base = cpu_roofline_step_seconds(profile, cpu_probe())
-        result = (base / cpu_speedup(offer.vcpus, profile.local_threads or 1), "scaled CPU")
-    else:
-        gpu = gpu_spec(offer.accelerator or "") or gpu_spec("T4")  # an unknown local GPU: assume a T4
-        assert gpu is not None  # the shipped catalog (configs/catalog/gpus.csv) lists the T4
-        result = (gpu_step_seconds(profile, gpu, max(1, offer.accelerator_count), num_nodes), "roofline")
-    cache[key] = result
-    return result
+def _same_gpu(accelerator: str | None, local_gpu: str) -> bool:
+    a, b = gpu_spec(accelerator or ""), gpu_spec(local_gpu)
+    return (a.name == b.name) if a and b else (accelerator or "").upper() == local_gpu.upper()
 
 
 def cpu_speedup(vcpus: int, measured_threads: int = 1) -> float:
@@ -166,11 +195,12 @@ def cpu_speedup(vcpus: int, measured_threads: int = 1) -> float:
 def job_start_seconds(offer: Offer) -> float:
     """The job's fixed start: on this machine measured once (Ray's job start and the process's imports,
     startup.py) plus the job's own data load; elsewhere the data-load prior alone."""
+    gpu = GPU_JOB_START_SECONDS if offer.accelerator else 0.0
     if runs_here(offer.cloud):
         from orchestrator.planning.startup import local_startup_seconds
 
-        return local_startup_seconds() + JOB_START_SECONDS
-    return JOB_START_SECONDS
+        return local_startup_seconds() + JOB_START_SECONDS + gpu
+    return JOB_START_SECONDS + gpu
 
 
 def startup_correction_for(history, accelerator: str, family: str) -> float:
@@ -179,6 +209,11 @@ def startup_correction_for(history, accelerator: str, family: str) -> float:
     known = history.startup if isinstance(history, History) else {}
     key = _accelerator_key(accelerator)
     return known[key] if key in known else correction_for(history, accelerator, family)
+
+
+def runs_behind(history, accelerator: str, family: str) -> int:
+    """How many finished runs the correction of (accelerator, family) rests on: each narrows the range."""
+    return history.runs.get((_accelerator_key(accelerator), family), 0) if isinstance(history, History) else 0
 
 
 def correction_for(history, accelerator: str, family: str) -> float:
@@ -194,7 +229,8 @@ def cluster_start_seconds(cloud: str, num_nodes: int = 1) -> float:
 
 def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=None,
              data_bytes: int = 0) -> Estimate:
-    step, basis = _offer_step(profile, offer, num_nodes)
+    priced = _offer_step(profile, offer, num_nodes)
+    step, basis = priced.seconds, priced.basis
     accelerator = offer.accelerator or "cpu"
     correction = correction_for(history, accelerator, profile.model_family)
     start_correction = startup_correction_for(history, accelerator, profile.model_family)
@@ -231,14 +267,22 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
         have, what = offer.gpu_memory_gb, offer.accelerator
     fits = need <= have or have <= 0
     why = None if fits else f"{what}: needs {need:.1f} GB, has {have:g} GB"
+    if math.isinf(step):
+        fits, why = False, (f"GPU {accelerator}: not in configs/catalog/gpus.csv and not measured here (dlrun times "
+                            "a job's steps on this machine's GPU when its torch sees CUDA)")
 
     hourly = offer.hourly(spot) * num_nodes
     hours = (startup + run + preempt) / 3600.0
+    spread = math.exp(RANGE_Z * priced.sigma / math.sqrt(1 + runs_behind(history, accelerator, profile.model_family)))
+    run_high = train * correction * spread + start * start_correction
+    hours_high = (startup + run_high + preempt * spread) / 3600.0
     return Estimate(hours=hours, cost=hours * hourly, fits=fits, why_not=why, step_seconds=step * correction,
                     run_seconds=run, startup_seconds=startup, needed_gb=need, price_per_hour=hourly, spot=spot,
                     preemption_seconds=preempt, raw_run_seconds=raw_run, correction=correction,
                     accelerator=accelerator, model_family=profile.model_family, basis=basis,
-                    start_seconds=start * start_correction, data_seconds=data)
+                    start_seconds=start * start_correction, data_seconds=data,
+                    step_low=step * correction / spread, step_high=step * correction * spread,
+                    hours_high=hours_high, cost_high=hours_high * hourly)
 
 
 # --- learning from finished runs ----------------------------------------------------------------
@@ -258,11 +302,13 @@ def _accelerator_key(accelerator: str | None) -> str:
 
 
 class History(dict):
-    """(accelerator, model_family) -> step-time correction; .startup: accelerator -> start-up correction."""
+    """(accelerator, model_family) -> step-time correction; .startup: accelerator -> start-up correction;
+    .runs: (accelerator, model_family) -> the finished runs behind it."""
 
-    def __init__(self, steps=(), startup=None):
+    def __init__(self, steps=(), startup=None, runs=None):
         super().__init__(steps)
         self.startup = dict(startup or {})
+        self.runs = dict(runs or {})
 
 
 # how much the prior (both corrections 1) counts against the runs, each run weighing 1: little, since
@@ -328,13 +374,15 @@ def fit_terms(runs) -> History:
         s_then, c_then = _solve(seen) if seen else (None, {})
         start = min(est_start or 0.0, est)
         seen.append((family, start / (s_then or 1.0), (est - start) / c_then.get(family, 1.0), actual))
-    steps, startup = {}, {}
+    steps, startup, counts = {}, {}, {}
     for accelerator, seen in obs.items():
         s, c = _solve(seen)
         steps.update({(accelerator, f): v for f, v in c.items()})
+        for family, *_ in seen:
+            counts[(accelerator, family)] = counts.get((accelerator, family), 0) + 1
         if s is not None:
             startup[accelerator] = s
-    return History(steps, startup)
+    return History(steps, startup, counts)
 
 
 def history_from_store(store) -> History:

@@ -79,7 +79,7 @@ class Plan:
     def nothing_fits_message(self) -> str:
         if self.cheapest_feasible_cost_ignoring_budget is not None and self.max_cost is not None:
             return (f"nothing fits the budget of ${self.max_cost:.2f}: the cheapest candidate that would work "
-                    f"costs ${self.cheapest_feasible_cost_ignoring_budget:.2f}; raise --max-cost")
+                    f"costs up to ${self.cheapest_feasible_cost_ignoring_budget:.2f}; raise --max-cost")
         if self.fastest_hours_ignoring_deadline is not None and self.deadline_seconds is not None:
             which = f"the default deadline ({self.default_deadline}, config.yaml)" if self.default_deadline \
                 else "the deadline"
@@ -121,29 +121,33 @@ def _profile_summary(p) -> dict | None:
 def reference_profile(accelerator: str, hours: float, count: int = 1, note: str = ""):
     """A synthetic profile that takes `hours` on `count` × `accelerator` (or 'cpu'), for scaling."""
     from infra.catalog import gpu_spec
-    from orchestrator.planning.estimator import (GPU_STEP_OVERHEAD_SECONDS, _gpu_compute_tflops, MEMORY_EFFICIENCY,
-                                        CPU_COMPUTE_EFFICIENCY)
+    from orchestrator.planning.estimator import CPU_COMPUTE_EFFICIENCY, gpu_step_seconds
     from orchestrator.planning.profile import OpCost, WorkloadProfile
 
     steps = 1000
+    step = hours * 3600.0 / steps
+
+    def profile(flops: float, moved: float) -> WorkloadProfile:
+        ops = [OpCost("matmul", 0, flops * REFERENCE_COMPUTE_SHARE, 0.0),
+               OpCost("elementwise", 0, 0.0, moved * (1 - REFERENCE_COMPUTE_SHARE))]
+        return WorkloadProfile(model="(reference)", model_family="unknown", precision="fp32", batch_size=1,
+                               steps_per_epoch=steps, epochs=1, params=0, weight_bytes=0, grad_bytes=0,
+                               optimizer_bytes=0, activation_bytes=0, batch_input_bytes=0,
+                               flops_per_step=flops * REFERENCE_COMPUTE_SHARE, ops=ops, source="reference",
+                               note=note)
+
     if accelerator.lower() == "cpu":
         from orchestrator.planning.probe import cpu_probe
 
         probe = cpu_probe()
-        flops_s, bytes_s, n, overhead = probe["matmul_gflops"] * 1e9 * CPU_COMPUTE_EFFICIENCY, \
-            probe["copy_gbps"] * 1e9, 1, 0.0
-    else:
-        gpu = gpu_spec(accelerator)
-        assert gpu is not None  # spec.Reference admits only the catalog's GPUs (or cpu)
-        flops_s = _gpu_compute_tflops(gpu, "fp32") * 1e12
-        bytes_s, n, overhead = gpu.memory_bandwidth_gbps * 1e9 * MEMORY_EFFICIENCY, count, GPU_STEP_OVERHEAD_SECONDS
-    step = max(hours * 3600.0 / steps - overhead, 1e-6)
-    ops = [OpCost("matmul", 0, REFERENCE_COMPUTE_SHARE * step * flops_s * n, 0.0),
-           OpCost("elementwise", 0, 0.0, (1 - REFERENCE_COMPUTE_SHARE) * step * bytes_s * n)]
-    return WorkloadProfile(model="(reference)", model_family="unknown", precision="fp32", batch_size=1,
-                           steps_per_epoch=steps, epochs=1, params=0, weight_bytes=0, grad_bytes=0,
-                           optimizer_bytes=0, activation_bytes=0, batch_input_bytes=0,
-                           flops_per_step=ops[0].flops, ops=ops, source="reference", note=note)
+        return profile(step * probe["matmul_gflops"] * 1e9 * CPU_COMPUTE_EFFICIENCY, step * probe["copy_gbps"] * 1e9)
+    gpu = gpu_spec(accelerator)
+    assert gpu is not None  # spec.Reference admits only the catalog's GPUs (or cpu)
+    # the GPU model is linear in a reference's work (no launches, no host ops) past a fixed sync: scale to fit
+    fixed = gpu_step_seconds(profile(0.0, 0.0), gpu, count)
+    unit = gpu_step_seconds(profile(1e12, 1e9), gpu, count) - fixed
+    scale = max(step - fixed, 1e-6) / unit
+    return profile(1e12 * scale, 1e9 * scale)
 
 
 def profile_for(spec):
@@ -272,8 +276,8 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
                 or (quotas.blocked(offer, spot, nodes) if quotas is not None else None)
             why = market_reason or (est.why_not if not est.fits else None) or no_bucket
             market_reason = market_reason or no_bucket
-            if why is None and max_cost is not None and est.cost > max_cost:
-                why = f"est. ${est.cost:.2f} > budget ${max_cost:.2f}"
+            if why is None and max_cost is not None and est.cost_high > max_cost:  # the range's high end
+                why = f"est. ${est.cost:.2f} (up to ${est.cost_high:.2f}) > budget ${max_cost:.2f}"
             if why is None and deadline is not None and est.total_seconds > deadline:
                 why = f"est. {est.hours:.2f} h > deadline {deadline / 3600:.2f} h"
             candidates.append(Candidate(offer, spot, est, eligible=market_reason is None, feasible=why is None,
@@ -291,7 +295,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     raise_these = [] if quotas is None else plan_inputs.quota_notes(candidates, chosen, quotas, nodes, notes,
                                                                     RANKS[optimize])
     return Plan(candidates=candidates, chosen=chosen,
-                cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost for c in in_time), default=None),
+                cheapest_feasible_cost_ignoring_budget=min((c.estimate.cost_high for c in in_time), default=None),
                 fastest_hours_ignoring_deadline=min((c.estimate.hours for c in workable), default=None),
                 max_cost=max_cost, deadline_seconds=deadline, profile=profile, notes=notes, optimize=optimize,
                 default_deadline=default_deadline,

@@ -1,10 +1,10 @@
 """WorkloadProfile: what one training step of a job costs, measured once and cached.
 
-FLOPs (forward + backward) come from torch's FlopCounterMode; bytes moved per operator from a
-dispatch mode that sums the sizes of every op's inputs and outputs. Both run on the meta device, so
-a model too big for this machine is still profiled in milliseconds. Activation memory is the size of
-the tensors autograd saves for backward. The local step time is measured with a few real training
-steps on this machine (skipped when the roofline says one step would take too long here).
+The kernels a step launches on a CUDA GPU (their class, FLOPs, bytes at the dtype used, launches) are recorded
+by step_ops.py on fake tensors, so a model too big for this machine is still profiled in a second. Activation
+memory is the size of the tensors autograd saves for backward. The local step time is measured with a few real
+training steps on this machine's CUDA GPU or CPU (skipped on the CPU when the roofline says one step would take
+too long here).
 """
 from __future__ import annotations
 
@@ -17,8 +17,11 @@ from pathlib import Path
 
 from orchestrator.errors import SpecError
 from orchestrator.paths import profiles_dir
+from orchestrator.planning.step_ops import OpCost
 
-PROFILE_VERSION = 3
+__all__ = ["OpCost", "WorkloadProfile", "measure", "profile_now", "cached_profile"]
+
+PROFILE_VERSION = 4
 # the local measurement is skipped (the roofline is used instead) when the CPU roofline predicts a
 # step longer than this, or the model's training state is bigger than this: it would take long and
 # crowd the machine
@@ -29,19 +32,6 @@ LOCAL_CPU_THREADS = 1
 TOO_BIG_NOTE = "the model is too big to time on this machine: the local estimate comes from the CPU roofline"
 BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}
 OPTIMIZER_STATE_PER_PARAM = {"adam": 2, "adamw": 2, "sgd": 1}  # fp32 values per parameter
-# ops with FLOPs (matmul, conv, attention) are "compute" ops; everything else moves memory
-_FREE_OPS = {"detach", "view", "_unsafe_view", "t", "transpose", "expand", "reshape", "permute",
-             "unsqueeze", "squeeze", "as_strided", "slice", "select", "alias", "split", "unbind",
-             "lift_fresh", "empty", "empty_like", "zeros", "ones", "ones_like", "zeros_like",
-             "new_empty", "new_zeros", "new_ones", "empty_strided", "_reshape_alias"}
-
-
-@dataclass
-class OpCost:
-    name: str
-    count: int
-    flops: float
-    bytes: float
 
 
 @dataclass
@@ -60,6 +50,11 @@ class WorkloadProfile:
     batch_input_bytes: float
     flops_per_step: float
     ops: list[OpCost] = field(default_factory=list)
+    # what the job asks of PyTorch beyond the defaults (workload.tf32, memory_format, optimizer_impl)
+    tf32: bool = False
+    memory_format: str = "contiguous"
+    optimizer_impl: str = "foreach"
+    gpu_name: str = ""  # the local CUDA GPU local_step_seconds["cuda"] was measured on
     local_step_seconds: dict[str, float] = field(default_factory=dict)
     local_threads: int = 0
     source: str = "measured"  # measured | reference | probe (a timed local run of the job)
@@ -195,12 +190,15 @@ def loss_of(out, y, num_classes: int):
     return out.float().square().mean()
 
 
-def make_optimizer(workload, params):
+def make_optimizer(workload, params, impl: str | None = None):
+    """The job's optimizer; `impl` (foreach | fused | for-loop) as PyTorch runs it on CUDA, None: torch's choice."""
     import torch
 
+    kw = {"foreach": {"foreach": True}, "fused": {"fused": True}, "for-loop": {"foreach": False}}.get(impl or "", {})
     lr = 1e-3
-    return {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}.get(
-        workload.optimizer, lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=0.9))(params, lr=lr)
+    if workload.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, **kw)
+    return {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[workload.optimizer](params, lr=lr, **kw)
 
 
 def model_family(model) -> str:
@@ -219,84 +217,84 @@ def model_family(model) -> str:
     return "mlp"
 
 
-# --- the static profile (meta device) ----------------------------------------------------------
-
-def _op_recorder():
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-    from torch.utils.flop_counter import flop_registry
-
-    import torch
-
-    class OpRecorder(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops: dict[str, list] = {}
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            name = func.overloadpacket.__name__
-            if name in _FREE_OPS:
-                return out
-            flops = 0
-            counter = flop_registry.get(func.overloadpacket)
-            if counter is not None:
-                flops = counter(*args, **kwargs, out_val=out)
-            moved = sum(t.numel() * t.element_size() for t in tree_flatten((args, kwargs, out))[0]
-                        if isinstance(t, torch.Tensor))
-            rec = self.ops.setdefault(name, [0, 0.0, 0.0])
-            rec[0] += 1
-            rec[1] += flops
-            rec[2] += moved
-            return out
-
-    return OpRecorder()
-
+# --- the static profile (fake tensors: what CUDA would run, no memory) ----------------------------
 
 def _static_profile(workload) -> WorkloadProfile:
+    import contextlib
+
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from orchestrator.planning.step_ops import StepRecorder, fuse_rnns
+
+    tf32, memory_format, impl = workload.math
+    half = workload.precision if workload.precision != "fp32" else None
+    fake: contextlib.AbstractContextManager = FakeTensorMode()
     try:
-        model = build_model(workload, "meta")
-        device = "meta"
-    except Exception:  # some factories cannot build on meta (e.g. they load data): use the CPU
+        with fake:
+            model = build_model(workload, "cpu")
+    except SpecError:
+        raise
+    except Exception:  # some factories cannot build on fake tensors (e.g. they read data): real CPU tensors
+        fake = contextlib.nullcontext()
         model = build_model(workload, "cpu")
-        device = "cpu"
-    model.train()
-    params = list(model.parameters())
-    n_params = sum(p.numel() for p in params)
-    x, y = make_batch(workload, device)
-
+    rec = StepRecorder(half)
     saved: dict[int, int] = {}
 
     def pack(t):
-        saved.setdefault(id(t.untyped_storage()) if device != "meta" else id(t), t.numel() * t.element_size())
+        saved.setdefault(id(t), t.numel() * t.element_size())
         return t
 
-    counter = FlopCounterMode(display=False)
-    recorder = _op_recorder()
-    with counter, recorder:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = loss_of(model(x), y, workload.num_classes)
-        loss.backward()
-        opt = make_optimizer(workload, params)
-        opt.step()  # the optimizer's elementwise traffic is part of every step
-    precision_scale = BYTES_PER_ELEMENT[workload.precision] / 4
-    family = model_family(model)
-    ops = [OpCost(name, int(c), float(f), float(b) * (precision_scale if f == 0 else 1.0))
-           for name, (c, f, b) in sorted(recorder.ops.items())]
+    with fake:
+        model.train()
+        x, y = make_batch(workload, "cpu")
+        if memory_format == "channels_last":
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+        fuse_rnns(model, rec)
+        params = [p for p in model.parameters() if p.requires_grad]
+        with rec.mode():
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                with torch.autocast("cpu", dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}.get(
+                        half or "", "bfloat16")), enabled=half is not None):
+                    loss = loss_of(model(x), y, workload.num_classes)
+            rec.phase = "backward"
+            loss.backward()
+            rec.phase = "optimizer"
+            if half == "fp16":
+                _grad_scaler_ops(rec, params)
+            make_optimizer(workload, params, impl).step()
+    ops = rec.ops()
+    n_params = sum(p.numel() for p in params)
     return WorkloadProfile(
-        model=workload.label, model_family=family, precision=workload.precision,
+        model=workload.label, model_family=model_family(model), precision=workload.precision,
         batch_size=workload.batch_size, steps_per_epoch=workload.steps_per_epoch, epochs=workload.epochs,
         params=int(n_params),
         weight_bytes=4.0 * n_params, grad_bytes=4.0 * n_params,
         optimizer_bytes=4.0 * n_params * OPTIMIZER_STATE_PER_PARAM[workload.optimizer],
-        activation_bytes=float(sum(saved.values())) * precision_scale,
+        activation_bytes=float(sum(saved.values())),
         batch_input_bytes=float(x.numel() * x.element_size() + y.numel() * y.element_size()),
-        flops_per_step=float(counter.get_total_flops()), ops=ops,
+        flops_per_step=float(sum(o.flops for o in ops)), ops=ops,
+        tf32=tf32, memory_format=memory_format, optimizer_impl=impl,
     )
+
+
+def _grad_scaler_ops(rec, params) -> None:
+    """fp16 training's GradScaler (torch.amp.GradScaler, PyTorch's recipe): the loss scaled, the gradients
+    unscaled and checked for inf/NaN in one foreach pass, and a sync on found_inf before the optimizer steps."""
+    from orchestrator.planning.kernels import foreach_launches
+
+    grads = sum(4.0 * p.numel() for p in params)
+    rec.note(OpCost(name="mul (loss scale)", count=1, flops=0.0, bytes=8.0, kind="elementwise", dtype="fp32",
+                    phase="forward"))
+    rec.note(OpCost(name="_amp_foreach_non_finite_check_and_unscale_", count=1, flops=0.0, bytes=2 * grads,
+                    kind="optimizer", dtype="fp32", launches=foreach_launches([p.numel() for p in params], 1)))
+    rec.note(OpCost(name=SYNC_OP, count=1, flops=0.0, bytes=0.0, kind="host", launches=0))
+    rec.note(OpCost(name="_amp_update_scale_", count=1, flops=0.0, bytes=16.0, kind="elementwise", dtype="fp32"))
+
+
+# the host waits for the GPU here: what the host dispatches after it cannot overlap what the GPU ran before
+SYNC_OP = "(sync: GradScaler reads found_inf)"
 
 
 # --- measured on this machine -------------------------------------------------------------------

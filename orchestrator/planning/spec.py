@@ -204,7 +204,7 @@ class JobSpec(_Strict):
     def spec_hash(self) -> str:
         data = self.model_dump(mode="json")
         if data.get("workload"):  # fields added later and unset: a job submitted before them keeps its hash
-            for key in ("hf", "seq_len"):
+            for key in ("hf", "seq_len", "tf32", "memory_format", "optimizer_impl"):
                 if data["workload"].get(key) is None:
                     data["workload"].pop(key, None)
         blob = json.dumps(data, sort_keys=True).encode()

@@ -24,6 +24,17 @@ class Workload(BaseModel):
     epochs: int = Field(..., ge=1)
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    # what the estimator cannot see in the model: unset means PyTorch's default (and keeps a job's hash)
+    tf32: bool | None = Field(
+        default=None, description="matmuls in TF32 too, as torch.set_float32_matmul_precision('high') (default "
+                                  "false: PyTorch runs fp32 convolutions and RNNs as TF32 on Ampere and later, "
+                                  "matmuls in full fp32)")
+    memory_format: Literal["contiguous", "channels_last"] | None = Field(
+        default=None, description="the model's and batch's memory format (default contiguous; channels_last as "
+                                  "model.to(memory_format=torch.channels_last))")
+    optimizer_impl: Literal["foreach", "fused", "for-loop"] | None = Field(
+        default=None, description="how the optimizer runs (default foreach, as PyTorch on CUDA; fused as "
+                                  "Adam(fused=True); for-loop as foreach=False)")
 
     @field_validator("model")
     @classmethod
@@ -78,6 +89,11 @@ class Workload(BaseModel):
             return list(self.input_shape)
         assert self.seq_len is not None  # _one_model: a model has input_shape, an hf config seq_len
         return [self.seq_len]
+
+    @property
+    def math(self) -> tuple[bool, str, str]:
+        """(tf32, memory_format, optimizer_impl) with PyTorch's defaults filled in."""
+        return bool(self.tf32), self.memory_format or "contiguous", self.optimizer_impl or "foreach"
 
     @property
     def steps_per_epoch(self) -> int:

@@ -23,7 +23,7 @@ def test_budget_below_the_cheapest_exits_3_with_the_table(tmp_path):
     assert code == 3
     assert "why not" in result.output and "g4dn.xlarge" in result.output
     assert "> budget $0.00" in result.output
-    assert "cheapest candidate that would work costs $" in str(result.exception)
+    assert "cheapest candidate that would work costs up to $" in str(result.exception)
 
 
 def test_a_model_too_big_for_a_k80_is_shown_not_fitting_and_the_k80_retired(tmp_path):

@@ -45,7 +45,9 @@ def test_activation_memory_grows_with_the_batch_and_ops_are_split_by_kind():
     assert sum(o.bytes for o in big.ops if o.flops == 0) > 0  # relu, pooling and Adam move memory without FLOPs
     half = profile.measure(workload("tests.support.models:TinyCNN", input_shape=[1, 8, 8], batch_size=64,
                                     precision="bf16"), measure_local=False)
-    assert half.activation_bytes == pytest.approx(big.activation_bytes / 2)
+    # autocast saves half-precision activations, beside the fp32 input and loss it keeps
+    assert 0.5 * big.activation_bytes < half.activation_bytes < 0.7 * big.activation_bytes
+    assert {o.dtype for o in half.ops if o.kind == "conv"} == {"bf16"}
 
 
 def test_measure_times_real_local_steps_and_caches_the_profile(monkeypatch, dlrun_home):

@@ -1,0 +1,204 @@
+"""How fast a GPU runs each kernel class, from measured kernels: a latency per launch and a sustained efficiency.
+
+The rows are microbenchmarks (configs/catalog/gpu_kernels*.csv, each with its source and date: the H200 measured
+on 2026-11-27, public per-kernel figures of other GPUs, and `make calibrate-gpu` on the GPU at hand). Per GPU
+and (class, math mode, layout, pass) the kernels fit seconds = launches × latency + work / (peak × efficiency),
+work being FLOPs at the datasheet peak of the math mode (GEMM, convolution, attention, cuDNN's RNN, whose
+launches are its time steps) or bytes at the memory bandwidth (elementwise, normalisation, optimizer): small
+kernels pay the latency (they do not fill the GPU), large ones the efficiency. A GPU without its own rows
+borrows the fits of the nearest measured GPU of its architecture, else of another, and its range widens for it.
+
+Stdlib only: read on every plan.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from infra.catalog import GpuSpec, _dir, gpu_spec
+from orchestrator.planning import kernels
+
+# A single op timed with CUDA events includes part of its launch (the host enqueues it while the event runs):
+# on the H200 a 2048³ bf16 GEMM times 27 us where 0.8 of peak takes 22, and a chain of tiny adds runs 7.6 us
+# an op, host-bound. What is left after this is the kernel's own time on a busy stream.
+EVENT_LAUNCH_SECONDS = 6e-6
+MIN_KERNEL_SECONDS = 2.5e-6
+# bytes an optimizer step moves per parameter, as the ops step_ops.py records them (fp32 state):
+# Adam foreach: lerp_ m (12), mul_ v (8), addcmul_ v (16), sqrt (8), div_ (8), add_ eps (8), addcdiv_ p (16);
+# fused Adam: reads p, g, m, v and writes p, m, v once (28); SGD momentum foreach: mul_ (8), add_ (12), add_ (12)
+OPTIMIZER_BYTES_PER_PARAM = {"adam foreach": 76, "adamw foreach": 84, "adam fused": 28,
+                             "sgd-momentum foreach": 32}
+OPTIMIZER_OPS = {"adam foreach": (7, 3), "adamw foreach": (8, 3), "adam fused": (1, 4),
+                 "sgd-momentum foreach": (3, 2)}  # (foreach ops, tensor lists of the deepest)
+MAX_LATENCY_SECONDS = 25e-6
+MAX_EFFICIENCY = 0.95
+UNFITTED_SIGMA = 0.3  # a class with one or two measured kernels
+# a calibration borrowed from another GPU: extra log-error (about ±30 % at one sigma), more from another architecture
+BORROWED_SAME_ARCH_SIGMA = 0.15
+BORROWED_OTHER_ARCH_SIGMA = 0.30
+
+
+@dataclass
+class Fit:
+    """One kernel class on one GPU: seconds = launches × latency + work / (peak × efficiency).
+
+    The latency is what a kernel of the class costs however small (its launch, its tail, a wave that does
+    not fill the GPU); the efficiency the share of the datasheet peak (of its math mode, or of the memory
+    bandwidth) that large kernels sustain. Fitted by relative least squares to the class's measured kernels;
+    `sigma` is the log-residual of those kernels around the fit (shapes the two numbers do not explain)."""
+
+    latency: float
+    efficiency: float
+    sigma: float
+    points: int
+
+    def seconds(self, work: float, launches: float, peak: float) -> float:
+        return launches * self.latency + work / (peak * self.efficiency)
+
+
+@dataclass
+class GpuCalibration:
+    gpu: str
+    fits: dict[tuple[str, str, str, str], Fit] = field(default_factory=dict)  # (kind, math, layout, pass)
+    sources: set[str] = field(default_factory=set)
+
+
+# --- reading the rows --------------------------------------------------------------------------
+
+_CONV = re.compile(r"n(\d+) c(\d+)->(\d+) (\d+)x(\d+) k(\d+)")
+_LSTM = re.compile(r"b(\d+) s(\d+) h(\d+) L(\d+)")
+_ATTN = re.compile(r"b(\d+) h(\d+) s(\d+) d(\d+)")
+_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+
+
+def conv_layout(layout: str, in_channels: int) -> str:
+    """A convolution's calibration layout: cuDNN runs a few-channel input (an RGB stem) with its own kernels."""
+    return f"{layout}/c<8" if in_channels < 8 else layout
+
+
+def _kernel_seconds(ms: float) -> float:
+    return max(ms * 1e-3 - EVENT_LAUNCH_SECONDS, MIN_KERNEL_SECONDS)
+
+
+def _sample(row: dict) -> tuple[tuple[str, str, str, str], float, int, str] | None:
+    """(fit key, work: FLOPs or bytes, kernel launches, 'compute' | 'memory') of a row; None: not a kernel."""
+    section, op, dtype, shape = row["section"], row["op"], row["dtype"], row["shape"]
+    if section == "gemm":
+        m, n, k = (int(v) for v in shape.split("x"))
+        return ("gemm", dtype, "", ""), 2.0 * m * n * k, 1, "compute"
+    if section == "conv" and (c := _CONV.fullmatch(shape)):
+        nb, cin, cout, h, w, ks = (int(v) for v in c.groups())
+        fwd = 2.0 * nb * cout * h * w * cin * ks * ks
+        layout = conv_layout(row["layout"], cin)
+        bwd = row["pass_"] == "bwd"  # two kernels: the data and the weight gradients
+        return ("conv", dtype, layout, row["pass_"]), fwd * (2 if bwd else 1), 2 if bwd else 1, "compute"
+    if section == "lstm" and (m := _LSTM.fullmatch(shape)):
+        b, s, h, layers = (int(v) for v in m.groups())
+        flops = 3 * layers * kernels.rnn_forward_flops("LSTM", b, s, h, h)
+        return ("rnn", dtype, "", ""), flops, 3 * s * layers, "compute"
+    if section == "attn" and op.startswith("sdpa") and (a := _ATTN.fullmatch(shape)):
+        b, heads, s, d = (int(v) for v in a.groups())
+        flops = 3.5 * kernels.attention_flops(b * heads, s, s, d, d, False)
+        return ("attention", dtype, "", ""), flops, 2, "compute"  # forward and backward
+    if section == "mem" and row["gbps"]:
+        moved = float(row["gbps"]) * 1e9 * float(row["ms"]) * 1e-3
+        if op in ("add", "relu", "copy_", "to_other_dtype"):
+            return ("elementwise", dtype, "", ""), moved, 1, "memory"
+        return ("norm", dtype, "batch" if op.startswith("batchnorm") else "", row["pass_"]), moved, 1, "memory"
+    if section == "optim" and op in OPTIMIZER_BYTES_PER_PARAM:
+        tensors, numel = (int(v) for v in re.findall(r"\d+", shape)[:2])
+        ops, depth = OPTIMIZER_OPS[op]
+        launches = ops * kernels.foreach_launches([numel] * tensors, depth)
+        return ("optimizer", dtype, "", ""), OPTIMIZER_BYTES_PER_PARAM[op] * tensors * numel, launches, "memory"
+    return None
+
+
+def _peak(spec: GpuSpec, math_mode: str, bound: str) -> float:
+    return spec.memory_bandwidth_gbps * 1e9 if bound == "memory" else spec.peak_tflops(math_mode) * 1e12
+
+
+def fit(samples: list[tuple[float, float, float]], peak: float) -> Fit:
+    """Relative least squares of seconds ≈ a·launches + b·work over (launches, work, seconds), within physics:
+    a in [MIN_KERNEL_SECONDS, MAX_LATENCY_SECONDS] (a slower small kernel is host-bound in its benchmark, which
+    the host model prices, not the kernel), efficiency 1/(b·peak) at most MAX_EFFICIENCY."""
+    def best_a(b: float) -> float:
+        return sum((n / t) * (1 - b * w / t) for n, w, t in samples) / sum((n / t) ** 2 for n, _, t in samples)
+
+    def best_b(a: float) -> float:
+        return sum((w / t) * (1 - a * n / t) for n, w, t in samples) / sum((w / t) ** 2 for _, w, t in samples)
+
+    s11 = sum((n / t) ** 2 for n, _, t in samples)
+    s22 = sum((w / t) ** 2 for _, w, t in samples)
+    s12 = sum(n * w / t / t for n, w, t in samples)
+    det = s11 * s22 - s12 * s12
+    if len(samples) > 1 and det > 1e-9 * s11 * s22:
+        r1, r2 = sum(n / t for n, _, t in samples), sum(w / t for _, w, t in samples)
+        a, b = (r1 * s22 - r2 * s12) / det, (r2 * s11 - r1 * s12) / det
+    else:  # one kernel (or one size): all of it is throughput
+        a, b = MIN_KERNEL_SECONDS, best_b(MIN_KERNEL_SECONDS)
+    b_min = 1.0 / (peak * MAX_EFFICIENCY)
+    if b < b_min:
+        b = b_min
+        a = best_a(b)
+    if not MIN_KERNEL_SECONDS <= a <= MAX_LATENCY_SECONDS:
+        a = min(max(a, MIN_KERNEL_SECONDS), MAX_LATENCY_SECONDS)
+        b = max(best_b(a), b_min)
+    res = [math.log((a * n + b * w) / t) for n, w, t in samples]
+    sigma = math.sqrt(sum(r * r for r in res) / len(res)) if len(res) > 2 else UNFITTED_SIGMA
+    return Fit(latency=a, efficiency=1.0 / (b * peak), sigma=max(sigma, 0.05), points=len(samples))
+
+
+def rows(catalog_dir: Path | None = None) -> list[dict]:
+    out: list[dict] = []
+    for path in sorted(_dir(catalog_dir).glob("gpu_kernels*.csv")):
+        with open(path, newline="") as f:
+            out.extend(csv.DictReader(f))
+    return out
+
+
+@lru_cache(maxsize=4)
+def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
+    samples: dict[str, dict[tuple, list[tuple[float, float, float]]]] = {}
+    peaks: dict[tuple[str, tuple], float] = {}
+    out: dict[str, GpuCalibration] = {}
+    for row in rows(catalog_dir):
+        spec = gpu_spec(row["gpu"], catalog_dir)
+        sample = _sample(row) if spec is not None and row.get("ms") else None
+        if spec is None or sample is None:
+            continue
+        key, work, launches, bound = sample
+        if key[0] in ("conv", "rnn") and key[1] == "fp32" and spec.has_tf32:
+            key = (key[0], "tf32", *key[2:])  # measured as PyTorch runs them: cuDNN in TF32
+        out.setdefault(spec.name, GpuCalibration(spec.name)).sources.add(row.get("source", ""))
+        samples.setdefault(spec.name, {}).setdefault(key, []).append(
+            (launches, work, _kernel_seconds(float(row["ms"]))))
+        peaks[(spec.name, key)] = _peak(spec, key[1], bound)
+    for gpu, by_key in samples.items():
+        out[gpu].fits = {k: fit(v, peaks[(gpu, k)]) for k, v in by_key.items()}
+    return out
+
+
+def calibrations(catalog_dir: Path | None = None) -> dict[str, GpuCalibration]:
+    return _calibrations(_dir(catalog_dir))
+
+
+def _family(spec: GpuSpec) -> str:
+    return spec.architecture.split()[0]
+
+
+def calibration_for(spec: GpuSpec, catalog_dir: Path | None = None) -> tuple[GpuCalibration, float, str]:
+    """(the calibration to use for `spec`, the extra log-sigma of borrowing it, where it comes from in words)."""
+    cals = calibrations(catalog_dir)
+    if spec.name in cals:
+        return cals[spec.name], 0.0, f"calibrated on the {spec.name}"
+    measured = [gpu_spec(g, catalog_dir) for g in cals]
+    same = [s for s in measured if s is not None and _family(s) == _family(spec)]
+    if same:
+        near = min(same, key=lambda s: abs(math.log(s.sm_count / spec.sm_count)))
+        return cals[near.name], BORROWED_SAME_ARCH_SIGMA, f"the {near.name}'s calibration ({_family(spec)})"
+    newest = max((s for s in measured if s is not None), key=lambda s: (s.sm_count, s.name))
+    return cals[newest.name], BORROWED_OTHER_ARCH_SIGMA, f"the {newest.name}'s calibration (another architecture)"

@@ -1,0 +1,144 @@
+"""Seconds of one training step on a GPU: each kernel of the profile priced by its class's calibration.
+
+A kernel takes the longer of its FLOPs at the peak of the math mode PyTorch picks on that GPU × the class's
+efficiency at that kernel's size (gpu_calibration.py), and its bytes at the memory bandwidth × the measured
+bandwidth efficiency. cuDNN's RNN adds a latency per time step. The host dispatches ops while the GPU runs
+them: a step is bound by the slower of the two (a sync, as GradScaler's, splits the step in two), plus the
+batch's host-to-device copy and, across GPUs, the gradient all-reduce.
+
+The math mode is PyTorch's default unless the job says otherwise: fp32 convolutions and cuDNN RNNs run as TF32
+on Ampere and later (torch.backends.cudnn.allow_tf32 is True), fp32 matmuls in full fp32 (allow_tf32 False)
+unless `workload.tf32`; under autocast the half-precision ops run at the fp16/bf16 tensor peak.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from infra.catalog import GpuSpec
+from orchestrator.planning import kernels
+from orchestrator.planning.gpu_calibration import MIN_KERNEL_SECONDS, Fit, GpuCalibration, calibration_for
+
+# Host dispatch per op, by where it is issued, on a cloud GPU host (fitted to the H200's whole-step row
+# 'mlp20 step adam' = 4.27 ms for its 187 kernel ops; the tiny-add chain gives the bare floor, 7.6 us an op):
+# forward ops pay the Python module call and autograd's recording, backward ops only the C++ engine,
+# the optimizer's Python grouping per foreach call
+HOST_OP_SECONDS = {"forward": 16e-6, "backward": 9e-6, "optimizer": 25e-6, "": 12e-6}
+HOST_VIEW_SECONDS = 1.5e-6  # a view or an allocation: dispatch only
+HOST_STEP_SECONDS = 60e-6  # the loop itself: zero_grad, fetching the batch, loss.item()
+SYNC_SECONDS = 15e-6  # the host waiting on the GPU and starting again
+INTER_NODE_GBPS = 3.0  # effective all-reduce bandwidth between cloud nodes (GB/s)
+# what the microbenchmarks cannot see (data-dependent kernels, allocator, framework overhead): log-sigma
+MODEL_SIGMA = 0.10
+
+
+@dataclass(frozen=True)
+class StepTime:
+    seconds: float
+    sigma: float  # log-error at one sigma
+    gpu_seconds: float
+    host_seconds: float
+    by_kind: dict[str, float]
+    basis: str  # where the calibration comes from, in words
+
+
+def math_mode(kind: str, dtype: str, gpu: GpuSpec, tf32_matmul: bool) -> str:
+    """The math the GPU runs for a kernel: PyTorch's defaults, per kernel class."""
+    if dtype in ("bf16", "fp16"):
+        return dtype if gpu.peak_tflops(dtype) > gpu.fp32_tflops else "fp32"
+    if not gpu.has_tf32:
+        return "fp32"
+    if kind in ("conv", "rnn"):
+        return "tf32"  # cudnn.allow_tf32 defaults to True
+    return "tf32" if tf32_matmul and kind in ("gemm", "attention") else "fp32"
+
+
+def _find_fit(cal: GpuCalibration, kind: str, mode: str, layout: str, pass_: str) -> Fit | None:
+    """The calibration's fit for a kernel, else the nearest it has: another layout or pass, another math mode
+    of the class, then GEMM's (compute) or elementwise's (memory) fit."""
+    fits = cal.fits
+    base = layout.split("/")[0]
+    for key in ((kind, mode, layout, pass_), (kind, mode, base, pass_), (kind, mode, "nchw", pass_),
+                (kind, mode, "", pass_), (kind, mode, "", "")):
+        if key in fits:
+            return fits[key]
+    same_kind = sorted((k for k in fits if k[0] == kind and not k[2].endswith("c<8")),
+                       key=lambda k: (k[1] != mode, k[2] != base, k[3] != pass_))
+    if same_kind:
+        return fits[same_kind[0]]
+    fallback = "gemm" if kind in kernels.COMPUTE_KINDS else "elementwise"
+    return next((f for k, f in fits.items() if k[0] == fallback and k[1] == mode), None) or \
+        next((f for k, f in fits.items() if k[0] == fallback), None)
+
+
+def _memory_efficiency(cal: GpuCalibration) -> float:
+    fit = _find_fit(cal, "elementwise", "fp32", "", "")
+    return fit.efficiency if fit else 0.85
+
+
+def kernel_seconds(op, gpu: GpuSpec, cal: GpuCalibration, tf32_matmul: bool, split: int = 1) -> tuple[float, float]:
+    """(seconds of all `op.count` calls of one OpCost on `gpu`, their log-sigma); `split` GPUs share the batch."""
+    kind = op.kind or ("gemm" if op.flops > 0 else "elementwise")
+    if kind == "host":
+        return 0.0, 0.0
+    share = 1 if op.phase == "optimizer" else split  # data parallel: every GPU steps the whole optimizer
+    flops, moved, launches = op.flops / share, op.bytes / share, op.kernel_launches
+    mode = math_mode(kind, op.dtype or "fp32", gpu, tf32_matmul)
+    memory_s = moved / (gpu.memory_bandwidth_gbps * 1e9 * _memory_efficiency(cal))
+    pass_ = "bwd" if op.name.endswith("_backward") or op.phase == "backward" else "fwd"
+    fit = _find_fit(cal, kind, mode, op.layout, pass_ if kind in ("conv", "norm") else "")
+    if fit is None:
+        return max(memory_s, launches * MIN_KERNEL_SECONDS), 0.3
+    if kind in kernels.COMPUTE_KINDS and flops > 0:
+        return max(fit.seconds(flops, launches, gpu.peak_tflops(mode) * 1e12), memory_s), fit.sigma
+    return fit.seconds(moved, launches, gpu.memory_bandwidth_gbps * 1e9), fit.sigma
+
+
+def host_seconds(ops) -> tuple[float, float]:
+    """(host dispatch before a sync, after it): the ops' dispatch cost in the order the step issues them."""
+    before, after, synced = 0.0, 0.0, False
+    for op in sorted(ops, key=lambda o: ("forward", "backward", "optimizer").index(o.phase)
+                     if o.phase in ("forward", "backward", "optimizer") else 1):
+        if op.kind == "host" and op.name.startswith("(sync"):
+            synced = True
+            continue
+        cost = op.count * (HOST_VIEW_SECONDS if op.kind == "host" else HOST_OP_SECONDS.get(op.phase, 12e-6))
+        if synced and op.phase == "optimizer":
+            after += cost
+        else:
+            before += cost
+    return before, after
+
+
+def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1) -> StepTime:
+    n = max(1, gpus_per_node * num_nodes)
+    cal, borrowed_sigma, basis = calibration_for(gpu)
+    tf32 = bool(getattr(profile, "tf32", False))
+    has_sync = any(o.kind == "host" and o.name.startswith("(sync") for o in profile.ops)
+    gpu_before = gpu_after = 0.0
+    by_kind: dict[str, float] = {}
+    var = 0.0
+    for op in profile.ops:
+        seconds, sigma = kernel_seconds(op, gpu, cal, tf32, n)
+        if has_sync and op.phase == "optimizer":
+            gpu_after += seconds
+        else:
+            gpu_before += seconds
+        kind = op.kind or ("gemm" if op.flops > 0 else "elementwise")
+        by_kind[kind] = by_kind.get(kind, 0.0) + seconds
+        var += (seconds * sigma) ** 2
+    host_before, host_after = host_seconds(profile.ops)
+    if not any(o.kind for o in profile.ops):  # a reference profile: no host ops recorded, no loop to model
+        host_before = 0.0
+    else:
+        host_before += HOST_STEP_SECONDS
+    step = max(gpu_before, host_before) + (max(gpu_after, host_after) + SYNC_SECONDS if has_sync else 0.0)
+    step += SYNC_SECONDS + profile.batch_input_bytes / n / (gpu.host_link_gbps * 1e9)
+    if n > 1:  # ring all-reduce of the gradients
+        link = INTER_NODE_GBPS if num_nodes > 1 else gpu.host_link_gbps
+        step += 2 * (n - 1) / n * profile.grad_bytes / (link * 1e9)
+    gpu_total = gpu_before + gpu_after
+    kernel_sigma = math.sqrt(var) / gpu_total if gpu_total > 0 else 0.0
+    sigma = math.sqrt(kernel_sigma ** 2 + borrowed_sigma ** 2 + MODEL_SIGMA ** 2)
+    return StepTime(seconds=step, sigma=sigma, gpu_seconds=gpu_total, host_seconds=host_before + host_after,
+                    by_kind=by_kind, basis=basis)

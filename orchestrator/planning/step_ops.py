@@ -1,0 +1,256 @@
+"""The kernels one training step launches on a CUDA GPU, recorded on this machine without one.
+
+The model is built and run on fake CPU tensors (no memory, real dtypes), under CPU autocast when the job trains
+in fp16/bf16, so the casts, the cached weight casts and the half-precision activations are what autocast makes
+them, and backward runs in the dtypes forward left. Where CPU would run something other than CUDA, the record
+follows CUDA:
+- an RNN module (LSTM, GRU, RNN) is one fused cuDNN op per layer and direction with its FLOPs, bytes and time
+  steps (CPU's ATen falls back to ~36 ops per time step that re-read the weights each step);
+- the optimizer runs as PyTorch runs it on CUDA: foreach by default, fused or for-loop when the job says, its
+  launches counted as multi_tensor_apply makes them;
+- ops that CUDA autocast keeps in fp32 (layer norm, softmax, the losses) are counted at fp32 with their casts;
+- with fp16, GradScaler's unscale and its sync before the optimizer step.
+Scaled dot-product attention already records as one fused op (the flash kernel for CPU, as flash or
+memory-efficient attention run on CUDA).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from orchestrator.planning import kernels
+
+
+@dataclass
+class OpCost:
+    """`count` calls of one op with the same size: totals of FLOPs and bytes (read + written) over the calls."""
+
+    name: str
+    count: int
+    flops: float
+    bytes: float
+    kind: str = ""  # kernels.KernelKind; "" in a reference profile (priced as gemm with FLOPs, else elementwise)
+    dtype: str = ""  # fp32 | bf16 | fp16: the tensors' (the math mode, TF32 or not, is the GPU's: gpu_time.py)
+    layout: str = ""  # a convolution's input: nchw | nhwc (channels_last)
+    launches: int = 0  # kernel launches over the calls (0: one per call); an RNN's: its time steps
+    phase: str = ""  # forward | backward | optimizer
+
+    @property
+    def kernel_launches(self) -> int:
+        return self.launches or self.count
+
+
+_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp32"}
+
+
+def dtype_name(t) -> str:
+    return _DTYPE_NAMES.get(str(t.dtype).removeprefix("torch."), "")
+
+
+class StepRecorder:
+    """Collects OpCosts from a TorchDispatchMode; `phase` is set by whoever drives the step."""
+
+    def __init__(self, autocast_dtype: str | None):
+        self.autocast_dtype = autocast_dtype  # None: fp32 training
+        self.phase = "forward"
+        self._ops: Counter = Counter()
+        self._totals: dict[tuple, list[float]] = {}
+        self.paused = 0
+
+    def note(self, op: OpCost) -> None:
+        key = (op.name, op.kind, op.dtype, op.layout, op.phase or self.phase,
+               op.flops / max(op.count, 1), op.bytes / max(op.count, 1), op.launches / max(op.count, 1))
+        tot = self._totals.setdefault(key, [0, 0.0, 0.0, 0])
+        tot[0] += op.count
+        tot[1] += op.flops
+        tot[2] += op.bytes
+        tot[3] += op.launches
+
+    def ops(self) -> list[OpCost]:
+        out = [OpCost(name, int(c), f, b, kind=kind, dtype=dt, layout=lay, launches=int(la), phase=ph)
+               for (name, kind, dt, lay, ph, _, _, _), (c, f, b, la) in self._totals.items()]
+        return sorted(out, key=lambda o: (o.phase, o.kind, o.name, -o.flops, -o.bytes))
+
+    def mode(self):
+        return _dispatch_mode(self)
+
+
+def _nbytes(t) -> int:
+    return t.numel() * t.element_size()
+
+
+def _tensors(tree) -> list:
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def _float_dtype(tensors) -> str:
+    for t in tensors:
+        if t.is_floating_point():
+            return dtype_name(t)
+    return ""
+
+
+def _attention_flops(name: str, args) -> float:
+    q, k, v = args[0], args[1], args[2]
+    *lead, q_len, head_dim = q.shape
+    batch_heads = 1
+    for d in lead:
+        batch_heads *= int(d)
+    causal = bool(args[4]) if len(args) > 4 and isinstance(args[4], bool) else False
+    f = kernels.attention_flops(batch_heads, int(q_len), int(k.shape[-2]), int(head_dim), int(v.shape[-1]), causal)
+    return f * 2.5 if name.endswith("_backward") else f  # backward: five GEMMs of forward's two's size
+
+
+def _dispatch_mode(rec: StepRecorder):
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class _Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if rec.paused:
+                return out
+            name = func.overloadpacket.__name__
+            if name in kernels.FREE_OPS:
+                rec.note(OpCost(name="(views and allocations)", count=1, flops=0.0, bytes=0.0, kind="host",
+                                launches=0))
+                return out
+            ins, outs = _tensors((args, kwargs)), _tensors(out)
+            moved = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in outs)
+            kind = kernels.kind_of(name)
+            launches = 1
+            if kind == "optimizer":
+                lists = [a for a in args if isinstance(a, (list, tuple)) and a and hasattr(a[0], "numel")]
+                if lists:
+                    launches = kernels.foreach_launches([int(t.numel()) for t in lists[0]], len(lists))
+                if not outs:  # in place over lists: what it reads it writes back
+                    moved += sum(_nbytes(t) for t in lists[0]) if lists else 0
+            if kind == "attention":
+                flops = _attention_flops(name, args)
+            else:
+                counter = flop_registry.get(func.overloadpacket)
+                flops = float(counter(*args, **kwargs, out_val=out)) if counter is not None else 0.0
+            layout = ""
+            if kind == "conv" and len(ins) > 1 and ins[0].dim() == 4:
+                layout = _conv_layout(ins[0], ins[1] if name != "convolution_backward" else ins[2])
+            elif kind == "norm" and "batch_norm" in name:
+                layout = "batch"
+            dtype = _float_dtype(ins) or _float_dtype(outs)
+            if rec.autocast_dtype and name in kernels.CUDA_AUTOCAST_FP32_OPS and dtype in ("bf16", "fp16"):
+                moved = _as_cuda_autocast_fp32(rec, ins, outs, moved)
+                dtype = "fp32"
+            rec.note(OpCost(name=name, count=1, flops=flops, bytes=float(moved), kind=kind, dtype=dtype,
+                            layout=layout, launches=launches))
+            return out
+
+    return _Mode()
+
+
+def _conv_layout(x, weight) -> str:
+    """A 2-d convolution's layout (channels_last: nhwc), marked when its input has few channels (an RGB stem)."""
+    import torch
+
+    from orchestrator.planning.gpu_calibration import conv_layout
+
+    layout = "nhwc" if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous() else "nchw"
+    cin = int(weight.shape[1]) if weight.dim() == 4 else 8
+    return conv_layout(layout, cin)
+
+def _as_cuda_autocast_fp32(rec: StepRecorder, ins, outs, moved: int) -> int:
+    """CPU autocast ran this op in half precision, CUDA's runs it in fp32: its half inputs are cast up (a kernel
+    each: read 2, write 4 bytes an element), it reads and writes fp32, and its consumer casts the output back."""
+    halves_in = [t for t in ins if t.is_floating_point() and t.element_size() == 2]
+    halves_out = [t for t in outs if t.is_floating_point() and t.element_size() == 2]
+    for t in halves_in + halves_out:
+        rec.note(OpCost(name="_to_copy (autocast fp32)", count=1, flops=0.0, bytes=3.0 * _nbytes(t),
+                        kind="elementwise", dtype="fp32"))
+    return moved + sum(_nbytes(t) for t in halves_in + halves_out)
+
+
+# --- cuDNN's fused RNN -------------------------------------------------------------------------
+
+def fuse_rnns(model, rec: StepRecorder) -> None:
+    """Make every RNN module of `model` run as one recorded cuDNN op per layer and direction (for the profile)."""
+    import torch.nn as nn
+
+    for m in model.modules():
+        if isinstance(m, nn.RNNBase) and m.mode in kernels.RNN_GATES:
+            m.forward = _fused_forward(m, rec)  # an instance attribute: the profile's model only
+
+
+def _fused_forward(m, rec: StepRecorder):
+    import torch
+    from torch.nn.utils.rnn import PackedSequence
+
+    original = m.forward
+    gates = kernels.RNN_GATES[m.mode]
+    dirs = 2 if m.bidirectional else 1
+    out_size = m.proj_size or m.hidden_size
+
+    class FusedRnn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, *weights):
+            batched = x.dim() == 3
+            b, s = (int(x.shape[0]), int(x.shape[1])) if batched and m.batch_first else \
+                (int(x.shape[1]), int(x.shape[0])) if batched else (1, int(x.shape[0]))
+            flops, moved, in_size = 0.0, 0.0, m.input_size
+            el = 2 if rec.autocast_dtype else x.element_size()
+            for _ in range(m.num_layers):
+                per_dir = kernels.rnn_forward_flops(m.mode, b, s, in_size, m.hidden_size)
+                if m.proj_size:
+                    per_dir += 2.0 * b * s * m.hidden_size * m.proj_size
+                flops += per_dir * dirs
+                weight_elems = gates * m.hidden_size * (in_size + out_size) + gates * m.hidden_size * 2
+                moved += el * (b * s * (in_size + out_size * dirs + gates * m.hidden_size * dirs)
+                               + weight_elems * dirs)
+                in_size = out_size * dirs
+            ctx.shape = (b, s)
+            ctx.cost = (flops, moved)
+            ctx.input_shapes = [t.shape for t in (x, *weights)]
+            # under autocast, cuDNN's RNN casts its input and weights to half and re-flattens the weights on every
+            # call (ATen/native/cudnn/AutocastRNN.cpp: _cudnn_rnn_cast_reflatten)
+            dtype = rec.autocast_dtype or dtype_name(x)
+            if rec.autocast_dtype:
+                cast = sum(_nbytes(w) for w in weights) * 1.5 + _nbytes(x) * 1.5
+                rec.note(OpCost(name="_cudnn_rnn_cast_reflatten", count=1, flops=0.0, bytes=cast,
+                                kind="elementwise", dtype=dtype, launches=len(weights) + 1, phase="forward"))
+            ctx.dtype = dtype
+            n, steps = m.num_layers * dirs, s * m.num_layers * dirs
+            rec.note(OpCost(name=f"cudnn_rnn ({m.mode})", count=n, flops=flops, bytes=moved, kind="rnn",
+                            dtype=dtype, launches=steps, phase="forward"))
+            # cuDNN keeps every step's gates for backward (its reserve space)
+            reserve = x.new_empty((b * s * gates * m.hidden_size * dirs * m.num_layers,))
+            ctx.save_for_backward(reserve)
+            out_shape = (b, s, out_size * dirs) if m.batch_first else (s, b, out_size * dirs)
+            out = x.new_empty(out_shape if batched else (s, out_size * dirs))
+            h_shape = (m.num_layers * dirs, b, out_size) if batched else (m.num_layers * dirs, out_size)
+            c_shape = (m.num_layers * dirs, b, m.hidden_size) if batched else (m.num_layers * dirs, m.hidden_size)
+            return out, x.new_empty(h_shape), x.new_empty(c_shape)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            flops, moved = ctx.cost
+            n = m.num_layers * dirs
+            b, s = ctx.shape
+            # data and weight gradients: twice forward's GEMMs, the reserve read back, the grads written
+            rec.note(OpCost(name=f"cudnn_rnn_backward ({m.mode})", count=n, flops=2 * flops, bytes=2 * moved,
+                            kind="rnn", dtype=ctx.dtype, launches=2 * s * n, phase="backward"))
+            (reserve,) = ctx.saved_tensors
+            return tuple(reserve.new_empty(shape) for shape in ctx.input_shapes)
+
+    def forward(x, hx=None):
+        if isinstance(x, PackedSequence):
+            return original(x, hx)
+        weights = [w for w in m._flat_weights if w is not None]
+        rec.paused += 1  # the Function's own allocations are not kernels
+        try:
+            out, h, c = FusedRnn.apply(x, *weights)
+        finally:
+            rec.paused -= 1
+        return out, ((h, c) if m.mode == "LSTM" else h)
+
+    return forward
