@@ -48,6 +48,10 @@ FREE_OPS = {"detach", "view", "_unsafe_view", "t", "transpose", "expand", "resha
             "new_zeros", "new_ones", "scalar_tensor", "unfold", "diagonal", "narrow", "view_as",
             "expand_as", "t_", "transpose_", "squeeze_", "unsqueeze_"}
 
+# what fake tensors and the profiler call themselves: no part of the user's step
+PROFILER_OPS = {"device", "_record_function_enter_new", "_record_function_exit", "lift_fresh", "sym_size",
+                "sym_stride", "sym_numel", "is_same_size", "_has_compatible_shallow_copy_type"}
+
 # multi_tensor_apply (ATen/native/cuda/MultiTensorApply.cuh): per launch at most this many tensors for
 # a foreach op over `depth` lists, and at most 320 blocks of 65,536 elements
 _MAX_TENSORS_BY_DEPTH = {1: 110, 2: 64, 3: 48, 4: 36, 5: 30}

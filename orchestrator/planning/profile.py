@@ -225,7 +225,7 @@ def _static_profile(workload) -> WorkloadProfile:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from orchestrator.planning.step_ops import StepRecorder, fuse_rnns
+    from orchestrator.planning.step_ops import StepRecorder, fuse_rnns, fused_attention
 
     tf32, memory_format, impl = workload.math
     half = workload.precision if workload.precision != "fp32" else None
@@ -248,12 +248,14 @@ def _static_profile(workload) -> WorkloadProfile:
     with fake:
         model.train()
         x, y = make_batch(workload, "cpu")
-        if memory_format == "channels_last":
-            model = model.to(memory_format=torch.channels_last)
+        if memory_format == "channels_last":  # as model.to(memory_format=...), which fake tensors cannot swap
+            for p in model.parameters():
+                if p.dim() == 4:
+                    p.data = p.data.contiguous(memory_format=torch.channels_last)
             x = x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
         fuse_rnns(model, rec)
         params = [p for p in model.parameters() if p.requires_grad]
-        with rec.mode():
+        with rec.mode(), fused_attention(rec):
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 with torch.autocast("cpu", dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}.get(
                         half or "", "bfloat16")), enabled=half is not None):

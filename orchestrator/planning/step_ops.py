@@ -10,8 +10,8 @@ follows CUDA:
   launches counted as multi_tensor_apply makes them;
 - ops that CUDA autocast keeps in fp32 (layer norm, softmax, the losses) are counted at fp32 with their casts;
 - with fp16, GradScaler's unscale and its sync before the optimizer step.
-Scaled dot-product attention already records as one fused op (the flash kernel for CPU, as flash or
-memory-efficient attention run on CUDA).
+- scaled dot-product attention is one fused kernel forward and one backward, as flash or memory-efficient
+  attention run on CUDA (CPU takes the unfused math path when training with dropout).
 """
 from __future__ import annotations
 
@@ -115,6 +115,8 @@ def _dispatch_mode(rec: StepRecorder):
             if rec.paused:
                 return out
             name = func.overloadpacket.__name__
+            if name in kernels.PROFILER_OPS:
+                return out
             if name in kernels.FREE_OPS:
                 rec.note(OpCost(name="(views and allocations)", count=1, flops=0.0, bytes=0.0, kind="host",
                                 launches=0))
@@ -254,3 +256,55 @@ def _fused_forward(m, rec: StepRecorder):
         return out, ((h, c) if m.mode == "LSTM" else h)
 
     return forward
+
+
+# --- fused attention ----------------------------------------------------------------------------
+
+def fused_attention(rec: StepRecorder):
+    """A TorchFunctionMode under which F.scaled_dot_product_attention records as CUDA's fused kernels."""
+    import torch
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    class FusedAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal: bool):
+            bh = 1
+            for d in q.shape[:-2]:
+                bh *= int(d)
+            flops = kernels.attention_flops(bh, int(q.shape[-2]), int(k.shape[-2]), int(q.shape[-1]),
+                                            int(v.shape[-1]), causal)
+            out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+            moved = float(sum(_nbytes(t) for t in (q, k, v, out)))
+            ctx.cost, ctx.dtype = (flops, moved), dtype_name(q)
+            ctx.save_for_backward(q, k, v, out)
+            rec.note(OpCost(name="scaled_dot_product_attention", count=1, flops=flops, bytes=moved,
+                            kind="attention", dtype=ctx.dtype, phase="forward"))
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            flops, moved = ctx.cost
+            q, k, v, _ = ctx.saved_tensors
+            # five GEMMs of forward's two's size; reads q, k, v, out, dout, writes dq, dk, dv
+            rec.note(OpCost(name="scaled_dot_product_attention_backward", count=1, flops=2.5 * flops,
+                            bytes=2 * moved, kind="attention", dtype=ctx.dtype, phase="backward"))
+            return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), None
+
+    class Mode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is F.scaled_dot_product_attention:
+                q, k, v = args[:3]
+                causal = bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False))
+                if k.shape[-3:-2] != q.shape[-3:-2] and kwargs.get("enable_gqa"):  # grouped-query: heads shared
+                    reps = q.shape[-3] // k.shape[-3]
+                    k, v = k.repeat_interleave(reps, -3), v.repeat_interleave(reps, -3)
+                rec.paused += 1
+                try:
+                    return FusedAttention.apply(q, k, v, causal)
+                finally:
+                    rec.paused -= 1
+            return func(*args, **kwargs)
+
+    return Mode()
