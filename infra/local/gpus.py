@@ -7,7 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 
-from infra.catalog import Offer, canonical_gpu
+from infra.catalog import Offer, canonical_gpu, gpus
 
 
 @dataclass(frozen=True)
@@ -16,8 +16,22 @@ class LocalGpu:
     memory_gb: float
 
 
+def _compact(name: str) -> str:
+    """A product name without vendor words, case, spaces or punctuation: 'NVIDIA GeForce RTX 4090' -> RTX4090."""
+    upper = name.upper()
+    for vendor in ("NVIDIA", "GEFORCE", "TESLA"):
+        upper = upper.replace(vendor, "")
+    return "".join(ch for ch in upper if ch.isalnum())
+
+
 def _canonical(raw: str, memory_gb: float) -> str | None:
-    """'Tesla T4' -> T4, 'NVIDIA A100-SXM4-80GB' -> A100-80GB, 'NVIDIA H100 80GB HBM3' -> H100."""
+    """nvidia-smi's product name as a catalog GPU: the whole name first ('NVIDIA GeForce RTX 4090' -> RTX4090,
+    'NVIDIA H100 PCIe' -> H100-PCIE), then word by word ('Tesla T4' -> T4, 'NVIDIA A100-SXM4-80GB' -> A100-80GB,
+    'NVIDIA H100 80GB HBM3' -> H100). A name that only shares a word with a catalog GPU ('NVIDIA GeForce RTX
+    4090 Laptop GPU', 'RTX 3080 Ti') stays unknown: a different GPU is measured, never assumed."""
+    whole = {_compact(n): spec.name for spec in gpus().values() for n in (spec.name, *spec.aliases)}
+    if name := whole.get(_compact(raw)):
+        return name
     words = raw.replace("NVIDIA", "").replace("Tesla", "").replace("-", " ").split()
     for w in words:
         name = canonical_gpu(w)
