@@ -65,6 +65,23 @@ class GpuCalibration:
     gpu: str
     fits: dict[tuple[str, str, str, str], Fit] = field(default_factory=dict)  # (kind, math, layout, pass)
     sources: set[str] = field(default_factory=set)
+    host_unit_seconds: float | None = None  # its host's dispatch of one forward op (HOST_WEIGHTS)
+
+
+# The host's dispatch, relative per op by where it is issued: a forward op pays the Python module call and
+# autograd's recording, a backward op only the C++ engine, a foreach call the optimizer's Python grouping, a view
+# or an allocation the dispatcher alone. The scale (seconds of one forward op) comes from a measured host-bound
+# step: 'launch' row 'mlp20 step adam' (20 × Linear(64, 64) + ReLU, batch 32, foreach Adam), whose ops step_ops
+# records as MLP20_TALLY (tests/unit/test_gpu_model.py checks the tally against the recorder).
+HOST_WEIGHTS = {"forward": 1.0, "backward": 0.7, "optimizer": 2.5, "host": 0.15}
+MLP20_TALLY = {"forward": 42, "backward": 81, "optimizer": 8, "host": 380}
+HOST_STEP_SECONDS = 60e-6  # the loop itself: zero_grad, fetching the batch, loss.item()
+DEFAULT_HOST_UNIT_SECONDS = 20e-6
+
+
+def _host_unit(step_seconds: float) -> float:
+    units = sum(HOST_WEIGHTS[k] * n for k, n in MLP20_TALLY.items())
+    return max(step_seconds - HOST_STEP_SECONDS, 1e-6) / units
 
 
 # --- reading the rows --------------------------------------------------------------------------
@@ -167,6 +184,9 @@ def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
     out: dict[str, GpuCalibration] = {}
     for row in rows(catalog_dir):
         spec = gpu_spec(row["gpu"], catalog_dir)
+        if spec is not None and row["section"] == "launch" and row["op"] == "mlp20 step adam":
+            out.setdefault(spec.name, GpuCalibration(spec.name)).host_unit_seconds = _host_unit(
+                float(row["ms"]) * 1e-3)
         sample = _sample(row) if spec is not None and row.get("ms") else None
         if spec is None or sample is None:
             continue
@@ -184,6 +204,14 @@ def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
 
 def calibrations(catalog_dir: Path | None = None) -> dict[str, GpuCalibration]:
     return _calibrations(_dir(catalog_dir))
+
+
+def host_unit_seconds(cal: GpuCalibration) -> float:
+    """One forward op's host dispatch: the calibration's own host, else a measured one, else a prior."""
+    if cal.host_unit_seconds:
+        return cal.host_unit_seconds
+    measured = [c.host_unit_seconds for c in calibrations().values() if c.host_unit_seconds]
+    return measured[0] if measured else DEFAULT_HOST_UNIT_SECONDS
 
 
 def _family(spec: GpuSpec) -> str:

@@ -17,15 +17,9 @@ from dataclasses import dataclass
 
 from infra.catalog import GpuSpec
 from orchestrator.planning import kernels
-from orchestrator.planning.gpu_calibration import MIN_KERNEL_SECONDS, Fit, GpuCalibration, calibration_for
+from orchestrator.planning.gpu_calibration import (HOST_STEP_SECONDS, HOST_WEIGHTS, MIN_KERNEL_SECONDS, Fit,
+                                                   GpuCalibration, calibration_for, host_unit_seconds)
 
-# Host dispatch per op, by where it is issued, on a cloud GPU host (fitted to the H200's whole-step row
-# 'mlp20 step adam' = 4.27 ms for its 187 kernel ops; the tiny-add chain gives the bare floor, 7.6 us an op):
-# forward ops pay the Python module call and autograd's recording, backward ops only the C++ engine,
-# the optimizer's Python grouping per foreach call
-HOST_OP_SECONDS = {"forward": 16e-6, "backward": 9e-6, "optimizer": 25e-6, "": 12e-6}
-HOST_VIEW_SECONDS = 1.5e-6  # a view or an allocation: dispatch only
-HOST_STEP_SECONDS = 60e-6  # the loop itself: zero_grad, fetching the batch, loss.item()
 SYNC_SECONDS = 15e-6  # the host waiting on the GPU and starting again
 INTER_NODE_GBPS = 3.0  # effective all-reduce bandwidth between cloud nodes (GB/s)
 # what the microbenchmarks cannot see (data-dependent kernels, allocator, framework overhead): log-sigma
@@ -94,15 +88,15 @@ def kernel_seconds(op, gpu: GpuSpec, cal: GpuCalibration, tf32_matmul: bool, spl
     return fit.seconds(moved, launches, gpu.memory_bandwidth_gbps * 1e9), fit.sigma
 
 
-def host_seconds(ops) -> tuple[float, float]:
-    """(host dispatch before a sync, after it): the ops' dispatch cost in the order the step issues them."""
+def host_seconds(ops, unit: float) -> tuple[float, float]:
+    """(host dispatch before a sync, after it): `unit` seconds a forward op, the others by HOST_WEIGHTS."""
     before, after, synced = 0.0, 0.0, False
-    for op in sorted(ops, key=lambda o: ("forward", "backward", "optimizer").index(o.phase)
-                     if o.phase in ("forward", "backward", "optimizer") else 1):
+    order = ("forward", "backward", "optimizer")
+    for op in sorted(ops, key=lambda o: order.index(o.phase) if o.phase in order else 1):
         if op.kind == "host" and op.name.startswith("(sync"):
             synced = True
             continue
-        cost = op.count * (HOST_VIEW_SECONDS if op.kind == "host" else HOST_OP_SECONDS.get(op.phase, 12e-6))
+        cost = op.count * unit * HOST_WEIGHTS["host" if op.kind == "host" else op.phase or "backward"]
         if synced and op.phase == "optimizer":
             after += cost
         else:
@@ -127,7 +121,7 @@ def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1) 
         kind = op.kind or ("gemm" if op.flops > 0 else "elementwise")
         by_kind[kind] = by_kind.get(kind, 0.0) + seconds
         var += (seconds * sigma) ** 2
-    host_before, host_after = host_seconds(profile.ops)
+    host_before, host_after = host_seconds(profile.ops, host_unit_seconds(cal))
     if not any(o.kind for o in profile.ops):  # a reference profile: no host ops recorded, no loop to model
         host_before = 0.0
     else:
