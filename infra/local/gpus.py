@@ -64,6 +64,12 @@ def detect_gpus() -> tuple[LocalGpu, ...]:
     return tuple(gpus)
 
 
+def local_gpu_name() -> str | None:
+    """This machine's first GPU as its local offer names it: the catalog's name, else nvidia-smi's."""
+    gpus = detect_gpus()
+    return (_canonical(gpus[0].name, gpus[0].memory_gb) or gpus[0].name) if gpus else None
+
+
 def local_offers() -> list[Offer]:
     """The local machine as planner candidates: its GPUs when it has them, and its CPU, at $0/h."""
     cpus = os.cpu_count() or 1
@@ -74,7 +80,7 @@ def local_offers() -> list[Offer]:
     gpus = detect_gpus()
     if gpus:
         g = gpus[0]
-        name = _canonical(g.name, g.memory_gb) or g.name
+        name = local_gpu_name() or g.name
         offers.insert(0, Offer(cloud="local", region="local", instance_type="gpu", accelerator=name,
                                accelerator_count=len(gpus), gpu_memory_gb=g.memory_gb, vcpus=cpus,
                                memory_gb=mem_gb, price_per_hour=0.0, spot_price_per_hour=None,

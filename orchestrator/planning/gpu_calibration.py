@@ -191,8 +191,8 @@ def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
         if spec is None or sample is None:
             continue
         key, work, launches, bound = sample
-        if key[0] in ("conv", "rnn") and key[1] == "fp32" and spec.has_tf32:
-            key = (key[0], "tf32", *key[2:])  # measured as PyTorch runs them: cuDNN in TF32
+        if key[0] == "rnn" and key[1] == "fp32" and spec.has_tf32:
+            key = (key[0], "tf32", *key[2:])  # an 'fp32' LSTM ran as PyTorch runs it: cuDNN in TF32
         out.setdefault(spec.name, GpuCalibration(spec.name)).sources.add(row.get("source", ""))
         samples.setdefault(spec.name, {}).setdefault(key, []).append(
             (launches, work, _kernel_seconds(float(row["ms"]))))
@@ -219,14 +219,40 @@ def _family(spec: GpuSpec) -> str:
 
 
 def calibration_for(spec: GpuSpec, catalog_dir: Path | None = None) -> tuple[GpuCalibration, float, str]:
-    """(the calibration to use for `spec`, the extra log-sigma of borrowing it, where it comes from in words)."""
-    cals = calibrations(catalog_dir)
-    if spec.name in cals:
-        return cals[spec.name], 0.0, f"calibrated on the {spec.name}"
-    measured = [gpu_spec(g, catalog_dir) for g in cals]
-    same = [s for s in measured if s is not None and _family(s) == _family(spec)]
-    if same:
-        near = min(same, key=lambda s: abs(math.log(s.sm_count / spec.sm_count)))
-        return cals[near.name], BORROWED_SAME_ARCH_SIGMA, f"the {near.name}'s calibration ({_family(spec)})"
-    newest = max((s for s in measured if s is not None), key=lambda s: (s.sm_count, s.name))
-    return cals[newest.name], BORROWED_OTHER_ARCH_SIGMA, f"the {newest.name}'s calibration (another architecture)"
+    """(the fits to price `spec` with, 0.0, where they come from in words): its own measured fits, and for each
+    class it lacks, the fit of a measured GPU of its architecture (nearest in SM count), else of any measured
+    GPU, its sigma widened for the borrowing."""
+    return _merged(spec.name, _dir(catalog_dir))
+
+
+@lru_cache(maxsize=64)
+def _merged(name: str, catalog_dir: Path) -> tuple[GpuCalibration, float, str]:
+    cals = _calibrations(catalog_dir)
+    spec = gpu_spec(name, catalog_dir)
+    assert spec is not None
+    others = [s for s in (gpu_spec(g, catalog_dir) for g in cals if g != spec.name) if s is not None]
+    same = sorted((s for s in others if _family(s) == _family(spec)),
+                  key=lambda s: abs(math.log(s.sm_count / spec.sm_count)), reverse=True)
+    other = sorted((s for s in others if _family(s) != _family(spec)), key=lambda s: len(cals[s.name].fits))
+    merged = GpuCalibration(spec.name)
+    lender: dict[tuple, str] = {}
+    for donor, extra in [(s, BORROWED_OTHER_ARCH_SIGMA) for s in other] + [(s, BORROWED_SAME_ARCH_SIGMA) for s in same]:
+        for key, f in cals[donor.name].fits.items():
+            merged.fits[key] = Fit(f.latency, f.efficiency, math.hypot(f.sigma, extra), f.points)
+            lender[key] = donor.name
+        merged.host_unit_seconds = cals[donor.name].host_unit_seconds or merged.host_unit_seconds
+    own = cals.get(spec.name)
+    if own is not None:
+        merged.fits.update(own.fits)
+        merged.sources = own.sources
+        merged.host_unit_seconds = own.host_unit_seconds or merged.host_unit_seconds
+        for key in own.fits:
+            lender.pop(key, None)
+    lenders = sorted(set(lender.values()))
+    if own is None:
+        basis = f"no kernels measured on the {spec.name}: the fits of " + ", ".join(lenders)
+    elif lenders:
+        basis = f"calibrated on the {spec.name} (classes it lacks from " + ", ".join(lenders) + ")"
+    else:
+        basis = f"calibrated on the {spec.name}"
+    return merged, 0.0, basis

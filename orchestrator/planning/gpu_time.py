@@ -48,21 +48,20 @@ def math_mode(kind: str, dtype: str, gpu: GpuSpec, tf32_matmul: bool) -> str:
 
 
 def _find_fit(cal: GpuCalibration, kind: str, mode: str, layout: str, pass_: str) -> Fit | None:
-    """The calibration's fit for a kernel, else the nearest it has: another layout or pass, another math mode
-    of the class, then GEMM's (compute) or elementwise's (memory) fit."""
+    """The fit for a kernel, else the nearest of the same math mode (another layout or pass, then GEMM's for a
+    compute class, elementwise's for a memory class), and only then another math mode's."""
     fits = cal.fits
     base = layout.split("/")[0]
     for key in ((kind, mode, layout, pass_), (kind, mode, base, pass_), (kind, mode, "nchw", pass_),
                 (kind, mode, "", pass_), (kind, mode, "", "")):
         if key in fits:
             return fits[key]
-    same_kind = sorted((k for k in fits if k[0] == kind and not k[2].endswith("c<8")),
-                       key=lambda k: (k[1] != mode, k[2] != base, k[3] != pass_))
-    if same_kind:
-        return fits[same_kind[0]]
     fallback = "gemm" if kind in kernels.COMPUTE_KINDS else "elementwise"
-    return next((f for k, f in fits.items() if k[0] == fallback and k[1] == mode), None) or \
-        next((f for k, f in fits.items() if k[0] == fallback), None)
+    for wanted in ((kind, mode), (fallback, mode), (kind, None), (fallback, None)):
+        keys = sorted(k for k in fits if k[0] == wanted[0] and wanted[1] in (None, k[1]) and not k[2].endswith("<8"))
+        if keys:
+            return fits[min(keys, key=lambda k: (k[2] != base, k[3] != pass_))]
+    return None
 
 
 def _memory_efficiency(cal: GpuCalibration) -> float:
@@ -122,9 +121,7 @@ def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1) 
         by_kind[kind] = by_kind.get(kind, 0.0) + seconds
         var += (seconds * sigma) ** 2
     host_before, host_after = host_seconds(profile.ops, host_unit_seconds(cal))
-    if not any(o.kind for o in profile.ops):  # a reference profile: no host ops recorded, no loop to model
-        host_before = 0.0
-    else:
+    if any(o.count for o in profile.ops):  # a reference profile has no ops to dispatch, no loop to model
         host_before += HOST_STEP_SECONDS
     step = max(gpu_before, host_before) + (max(gpu_after, host_after) + SYNC_SECONDS if has_sync else 0.0)
     step += SYNC_SECONDS + profile.batch_input_bytes / n / (gpu.host_link_gbps * 1e9)

@@ -127,16 +127,40 @@ def profile_now(workload, *, measure_local: bool = True) -> WorkloadProfile:
 def _profile_now(workload, measure_local: bool) -> WorkloadProfile:
     prof = _static_profile(workload)
     if measure_local:
+        _measure_on_local_gpu(workload, prof)
         from orchestrator.planning.estimator import cpu_roofline_step_seconds
         from orchestrator.planning.probe import cpu_probe
 
         small = prof.state_bytes + prof.activation_bytes <= MAX_LOCAL_MEASURE_BYTES
         if small and cpu_roofline_step_seconds(prof, cpu_probe()) <= MAX_LOCAL_STEP_SECONDS:
-            prof.local_step_seconds = {"cpu": measure_local_step_robust(workload, "cpu")}
+            prof.local_step_seconds["cpu"] = measure_local_step_robust(workload, "cpu")
             prof.local_threads = LOCAL_CPU_THREADS
         else:
-            prof.note = TOO_BIG_NOTE
+            prof.note = prof.note or TOO_BIG_NOTE
     return prof
+
+
+def _measure_on_local_gpu(workload, prof: WorkloadProfile) -> None:
+    """Time real steps on this machine's CUDA GPU when dlrun's torch sees one: the local GPU's estimate, and
+    the base the other GPUs are scaled from. A model too big for it is left to the calibrated model."""
+    from infra.local.gpus import local_gpu_name
+
+    name = local_gpu_name()
+    if name is None:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        prof.note = (f"this machine's {name} is not timed: dlrun's torch has no CUDA (torch "
+                     f"{torch.__version__}); its estimate comes from the GPU table")
+        return
+    try:
+        prof.local_step_seconds["cuda"] = measure_local_step_robust(workload, "cuda")
+        prof.gpu_name = name
+    except torch.cuda.OutOfMemoryError:
+        prof.note = f"the model does not fit this machine's {name} to time it: its estimate is the GPU model's"
+    finally:
+        torch.cuda.empty_cache()
 
 
 # --- building the model and one batch ----------------------------------------------------------
@@ -312,14 +336,22 @@ def measure_local_step(workload, device: str = "cpu", *, min_steps: int = 8, war
     import torch
 
     torch.manual_seed(0)
+    tf32, memory_format, impl = workload.math
+    cuda = device.startswith("cuda")
     model = build_model(workload, device)
     model.train()
-    opt = make_optimizer(workload, list(model.parameters()))
     n = workload.batch_size * min(8, workload.steps_per_epoch)
     xs, ys = make_batch(workload, device, batch_size=n)
-    autocast = workload.precision != "fp32" and device != "cpu"
+    if memory_format == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
+        xs = xs.contiguous(memory_format=torch.channels_last) if xs.dim() == 4 else xs
+    opt = make_optimizer(workload, list(model.parameters()), impl if cuda else None)
+    autocast = workload.precision != "fp32" and cuda
     dtype = torch.float16 if workload.precision == "fp16" else torch.bfloat16
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    scaler = torch.amp.GradScaler("cuda", enabled=cuda and workload.precision == "fp16")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = tf32  # restored by measure_local_step_robust
 
     def step(i: int) -> float:  # index into the data like the built-in jobs' loop
         t0 = time.perf_counter()
@@ -328,8 +360,9 @@ def measure_local_step(workload, device: str = "cpu", *, min_steps: int = 8, war
         with torch.autocast(device_type=device.split(":")[0], dtype=dtype, enabled=autocast):
             loss = loss_of(model(xb), yb, workload.num_classes)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         sync()
         return time.perf_counter() - t0
 
@@ -352,9 +385,11 @@ def measure_local_step_robust(workload, device: str = "cpu", rounds: int = 2) ->
     import torch
 
     before = torch.get_num_threads()
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
     if device == "cpu":
         torch.set_num_threads(LOCAL_CPU_THREADS)
     try:
         return min(measure_local_step(workload, device, quantile=0.2) for _ in range(rounds))
     finally:
         torch.set_num_threads(before)
+        torch.backends.cuda.matmul.allow_tf32 = tf32_before
