@@ -19,6 +19,8 @@ LAZY_COMMANDS = {
     "plan": ("orchestrator.cli.plan", "plan_command",
              "Predict hours and dollars on every backend and pick the cheapest that fits."),
     "catalog": ("orchestrator.cli.plan", "catalog_group", "List the offers of the catalog (prices with their dates)."),
+    "estimate": ("orchestrator.cli.estimate", "estimate_command",
+                 "Predict the job's step time, samples/s and run time on GPUs, with the basis and range of each."),
     "schedule": ("orchestrator.cli.schedule", "schedule",
                  "Run a job on a cron schedule, in your time zone (`dlrun scheduler` does the firing)."),
     "scheduler": ("orchestrator.cli.schedule", "scheduler",

@@ -132,9 +132,9 @@ def _offer_step(profile, offer: Offer, num_nodes: int) -> StepBasis:
     """The step of an offer and its basis, memoised on the profile (the planner asks 10,000×)."""
     cache = profile.__dict__.setdefault("_step_cache", {})
     here = runs_here(offer.cloud)
-    key = (here, offer.accelerator, offer.accelerator_count, num_nodes)
+    key = (here, offer.accelerator, offer.accelerator_count, num_nodes, offer.vcpus if not offer.accelerator else 0)
     if key not in cache:
-        cache[key] = _step_basis(profile, offer, here, num_nodes)
+        cache[key] = _step_basis(profile, offer.accelerator, offer.accelerator_count, here, num_nodes, offer.vcpus)
     return cache[key]
 
 
@@ -147,21 +147,21 @@ def _cpu_step(profile) -> tuple[float, bool]:
     return cpu_roofline_step_seconds(profile, cpu_probe()), False
 
 
-def _step_basis(profile, offer: Offer, here: bool, num_nodes: int) -> StepBasis:
+def _step_basis(profile, accelerator: str | None, count: int, here: bool, num_nodes: int = 1,
+                vcpus: int = 1) -> StepBasis:
     measured = profile.local_step_seconds
     reference = profile.source != "measured"
-    if offer.accelerator is None:
+    if accelerator is None:
         base, timed = _cpu_step(profile)
         if here:
             return StepBasis(base, "measured" if timed else "roofline",
                              MEASURED_SIGMA if timed else CPU_ROOFLINE_SIGMA)
-        return StepBasis(base / cpu_speedup(offer.vcpus, profile.local_threads or 1), "scaled CPU",
-                         SCALED_CPU_SIGMA)
-    count = max(1, offer.accelerator_count)
+        return StepBasis(base / cpu_speedup(vcpus, profile.local_threads or 1), "scaled CPU", SCALED_CPU_SIGMA)
+    count = max(1, count)
     local_gpu = profile.gpu_name
-    if here and "cuda" in measured and count == 1 and (not local_gpu or _same_gpu(offer.accelerator, local_gpu)):
+    if here and "cuda" in measured and count == 1 and (not local_gpu or _same_gpu(accelerator, local_gpu)):
         return StepBasis(measured["cuda"], "measured", MEASURED_SIGMA, f"timed on this machine's {local_gpu or 'GPU'}")
-    gpu = gpu_spec(offer.accelerator or "")
+    gpu = gpu_spec(accelerator)
     if gpu is None:  # a GPU the table does not know: only a measurement can say (planner excludes it otherwise)
         return StepBasis(measured.get("cuda", math.inf), "measured" if "cuda" in measured else "unknown GPU",
                          MEASURED_SIGMA, "")
@@ -283,6 +283,42 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
                     start_seconds=start * start_correction, data_seconds=data,
                     step_low=step * correction / spread, step_high=step * correction * spread,
                     hours_high=hours_high, cost_high=hours_high * hourly)
+
+
+@dataclass(frozen=True)
+class GpuEstimate:
+    """`dlrun estimate`: the job on `count` × `gpu`, whether or not anyone offers it."""
+
+    gpu: str
+    count: int
+    step_seconds: float
+    low: float  # the step's range (90 %)
+    high: float
+    samples_per_second: float
+    run_seconds: float  # the job's run (its steps, evaluation and process start), not a cluster's start-up
+    basis: str  # measured here | scaled from this machine's GPU | roofline, and 'corrected by N finished runs'
+    detail: str  # where the figures come from, in words
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def estimate_on_gpu(profile, gpu: str, count: int = 1, *, here: bool = False, history=None) -> GpuEstimate:
+    """The job's step, throughput and run on `count` × `gpu` (a name of the GPU table, or this machine's)."""
+    priced = _step_basis(profile, gpu, count, here)
+    family = profile.model_family
+    correction = correction_for(history, gpu, family)
+    runs = runs_behind(history, gpu, family)
+    spread = math.exp(RANGE_Z * priced.sigma / math.sqrt(1 + runs))
+    step = priced.seconds * correction
+    train = step * profile.total_steps * (1 + EVAL_FRACTION if profile.source == "measured" else 1)
+    start = JOB_START_SECONDS + GPU_JOB_START_SECONDS if profile.source == "measured" else 0.0
+    basis = "measured here" if priced.basis == "measured" else priced.basis
+    if runs:
+        basis += f", corrected by {runs} finished run{'s' if runs != 1 else ''}"
+    return GpuEstimate(gpu=gpu, count=count, step_seconds=step, low=step / spread, high=step * spread,
+                       samples_per_second=profile.batch_size / step if step > 0 else 0.0,
+                       run_seconds=train + start, basis=basis, detail=priced.detail)
 
 
 # --- learning from finished runs ----------------------------------------------------------------

@@ -84,10 +84,11 @@ def _cells(c) -> dict[str, str]:
             "instance": o.instance_type if capabilities(o.cloud).remote else "",
             "GPU": gpu_config(o), "market": "spot" if c.spot else (c.wait or ""),
             "time": human_duration(e.total_seconds), "cost": money(e.cost),
+            "up to": money(e.cost_high) if money(e.cost_high) != money(e.cost) else "",
             "$/h": money(e.price_per_hour) if e.price_per_hour else "", "why not": c.reason or ""}
 
 
-RIGHT = {"time", "cost", "$/h"}
+RIGHT = {"time", "cost", "up to", "$/h"}
 
 
 def caption(plan, rows: list) -> str:
@@ -118,8 +119,10 @@ def choice_line(plan) -> str:
     c = plan.chosen
     if c is None:
         return "nothing fits"
-    line = (f"running on {c.offer.label}{' spot' if c.spot else ''}: est. {human_duration(c.estimate.total_seconds)}, "
-            f"{money(c.estimate.cost)}")
+    e = c.estimate
+    line = f"running on {c.offer.label}{' spot' if c.spot else ''}: est. {human_duration(e.total_seconds)}, {money(e.cost)}"
+    if money(e.cost_high) != money(e.cost):
+        line += f" (up to {money(e.cost_high)})"
     second = plan.runner_up
     if second is not None:
         line += (f" (runner-up: {second.offer.label}{' spot' if second.spot else ''}, "
@@ -144,6 +147,10 @@ def render_plan(plan, console=None, show_all: bool = False) -> None:
         local = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in p.local_step_seconds.items()) or "not measured"
         console.print(f"profile: {p.model} ({p.model_family}), {p.params:,} params, "
                       f"{p.flops_per_step / 1e9:.2f} GFLOP/step, {p.total_steps:,} steps; local step: {local}")
+    if plan.chosen and plan.chosen.estimate.accelerator != "cpu":
+        e = plan.chosen.estimate
+        console.print(f"step on {e.accelerator}: {e.step_seconds * 1000:.1f} ms (90 %: {e.step_low * 1000:.1f}–"
+                      f"{e.step_high * 1000:.1f} ms; {e.basis}); the budget is checked against the high end")
     objective = "fastest" if plan.optimize == "time" else "cheapest"
     if plan.chosen:
         console.print(f"chosen: [bold]{choice_line(plan).removeprefix('running on ')}[/] — the {objective} that fits")
