@@ -253,15 +253,14 @@ def _static_profile(workload) -> WorkloadProfile:
 
     tf32, memory_format, impl = workload.math
     half = workload.precision if workload.precision != "fp32" else None
-    fake: contextlib.AbstractContextManager = FakeTensorMode()
     try:
-        with fake:
-            model = build_model(workload, "cpu")
+        model = build_model(workload, "meta")
     except SpecError:
         raise
-    except Exception:  # some factories cannot build on fake tensors (e.g. they read data): real CPU tensors
-        fake = contextlib.nullcontext()
+    except Exception:  # some factories cannot build on meta (e.g. they load data): the CPU
         model = build_model(workload, "cpu")
+    fake = FakeTensorMode()
+    _to_fake_cpu(model, fake)
     rec = StepRecorder(half)
     saved: dict[int, int] = {}
 
@@ -303,6 +302,31 @@ def _static_profile(workload) -> WorkloadProfile:
         flops_per_step=float(sum(o.flops for o in ops)), ops=ops,
         tf32=tf32, memory_format=memory_format, optimizer_impl=impl,
     )
+
+
+def _to_fake_cpu(model, fake) -> None:
+    """Give the model fake CPU parameters and buffers of the same shapes: CPU autocast applies to them, and nothing
+    is allocated or computed (tied parameters stay tied)."""
+    import torch
+
+    made: dict[int, torch.Tensor] = {}
+
+    def fake_of(t, parameter: bool):
+        if id(t) not in made:
+            with fake:
+                new = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+            made[id(t)] = torch.nn.Parameter(new, requires_grad=t.requires_grad) if parameter else new
+        return made[id(t)]
+
+    for m in model.modules():
+        for name, p in list(m._parameters.items()):
+            if p is not None:
+                m._parameters[name] = fake_of(p, True)
+        for name, b in list(m._buffers.items()):
+            if b is not None:
+                m._buffers[name] = fake_of(b, False)
+        if isinstance(m, torch.nn.RNNBase):
+            m._init_flat_weights()
 
 
 def _grad_scaler_ops(rec, params) -> None:

@@ -15,7 +15,7 @@ follows CUDA:
 """
 from __future__ import annotations
 
-from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from orchestrator.planning import kernels
@@ -53,7 +53,6 @@ class StepRecorder:
     def __init__(self, autocast_dtype: str | None):
         self.autocast_dtype = autocast_dtype  # None: fp32 training
         self.phase = "forward"
-        self._ops: Counter = Counter()
         self._totals: dict[tuple, list[float]] = {}
         self.paused = 0
 
@@ -158,7 +157,10 @@ def _conv_layout(x, weight) -> str:
 
     from orchestrator.planning.gpu_calibration import conv_layout
 
-    layout = "nhwc" if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous() else "nchw"
+    def nhwc(t) -> bool:
+        return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+    layout = "nhwc" if nhwc(x) or nhwc(weight) else "nchw"
     cin = int(weight.shape[1]) if weight.dim() == 4 else 8
     return conv_layout(layout, cin)
 
@@ -247,7 +249,7 @@ def _fused_forward(m, rec: StepRecorder):
     def forward(x, hx=None):
         if isinstance(x, PackedSequence):
             return original(x, hx)
-        weights = [w for w in m._flat_weights if w is not None]
+        weights = [w for w in (getattr(m, n) for n in m._flat_weights_names) if w is not None]
         rec.paused += 1  # the Function's own allocations are not kernels
         try:
             out, h, c = FusedRnn.apply(x, *weights)
@@ -260,11 +262,11 @@ def _fused_forward(m, rec: StepRecorder):
 
 # --- fused attention ----------------------------------------------------------------------------
 
+@contextmanager
 def fused_attention(rec: StepRecorder):
-    """A TorchFunctionMode under which F.scaled_dot_product_attention records as CUDA's fused kernels."""
+    """While profiling, F.scaled_dot_product_attention records as CUDA's fused kernels."""
     import torch
     import torch.nn.functional as F
-    from torch.overrides import TorchFunctionMode
 
     class FusedAttention(torch.autograd.Function):
         @staticmethod
@@ -291,20 +293,21 @@ def fused_attention(rec: StepRecorder):
                             bytes=2 * moved, kind="attention", dtype=ctx.dtype, phase="backward"))
             return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), None
 
-    class Mode(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if func is F.scaled_dot_product_attention:
-                q, k, v = args[:3]
-                causal = bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False))
-                if k.shape[-3:-2] != q.shape[-3:-2] and kwargs.get("enable_gqa"):  # grouped-query: heads shared
-                    reps = q.shape[-3] // k.shape[-3]
-                    k, v = k.repeat_interleave(reps, -3), v.repeat_interleave(reps, -3)
-                rec.paused += 1
-                try:
-                    return FusedAttention.apply(q, k, v, causal)
-                finally:
-                    rec.paused -= 1
-            return func(*args, **kwargs)
+    original = F.scaled_dot_product_attention
 
-    return Mode()
+    def fused(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if enable_gqa and k.shape[-3] != q.shape[-3]:  # grouped-query: each key/value head serves several
+            reps = q.shape[-3] // k.shape[-3]
+            k, v = k.repeat_interleave(reps, -3), v.repeat_interleave(reps, -3)
+        rec.paused += 1
+        try:
+            return FusedAttention.apply(q, k, v, bool(is_causal))
+        finally:
+            rec.paused -= 1
+
+    # the module attribute, which nn.MultiheadAttention and Hugging Face models call through, for this profile
+    F.scaled_dot_product_attention = fused
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
