@@ -1,4 +1,4 @@
-.PHONY: setup demo lint test test-unit test-integration test-e2e bench
+.PHONY: setup demo lint test test-unit test-integration test-e2e bench calibrate-gpu
 VENV := .venv
 export RAY_USAGE_STATS_ENABLED := 0
 
@@ -43,3 +43,8 @@ bench: setup
 	$(VENV)/bin/python bench/plan_speed.py
 	$(VENV)/bin/python bench/spot_savings.py
 	$(VENV)/bin/python bench/vm_boot.py  # the emulated-VM lab: needs root (says so and skips without)
+	$(VENV)/bin/python bench/estimator_gpu.py  # measured vs predicted GPU steps (predictions only without CUDA)
+
+# on a machine with a CUDA GPU: its kernels measured into configs/catalog/gpu_kernels_<GPU>.csv (the estimator's fits)
+calibrate-gpu: setup
+	$(VENV)/bin/python bench/calibrate_gpu.py

@@ -132,12 +132,15 @@ def _dispatch_mode(rec: StepRecorder):
                     moved += sum(_nbytes(t) for t in lists[0]) if lists else 0
             if kind == "attention":
                 flops = _attention_flops(name, args)
+            elif name in ("convolution", "convolution_backward"):
+                flops = _conv_flops(name, args, outs)
             else:
                 counter = flop_registry.get(func.overloadpacket)
                 flops = float(counter(*args, **kwargs, out_val=out)) if counter is not None else 0.0
             layout = ""
-            if kind == "conv" and len(ins) > 1 and ins[0].dim() == 4:
-                layout = _conv_layout(ins[0], ins[1] if name != "convolution_backward" else ins[2])
+            if name in ("convolution", "convolution_backward") and args[0].dim() == 4:
+                x, weight = (args[0], args[1]) if name == "convolution" else (args[1], args[2])
+                layout = _conv_layout(x, weight, int(args[8] if name == "convolution" else args[9]))
             elif kind == "norm" and "batch_norm" in name:
                 layout = "batch"
             dtype = _float_dtype(ins) or _float_dtype(outs)
@@ -151,8 +154,9 @@ def _dispatch_mode(rec: StepRecorder):
     return _Mode()
 
 
-def _conv_layout(x, weight) -> str:
-    """A 2-d convolution's layout (channels_last: nhwc), marked when its input has few channels (an RGB stem)."""
+def _conv_layout(x, weight, groups: int) -> str:
+    """A 2-d convolution's layout (channels_last: nhwc), marked when its input has few channels (an RGB stem) or
+    each group one channel (depthwise: cuDNN's are memory-bound kernels of their own)."""
     import torch
 
     from orchestrator.planning.gpu_calibration import conv_layout
@@ -161,8 +165,22 @@ def _conv_layout(x, weight) -> str:
         return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
 
     layout = "nhwc" if nhwc(x) or nhwc(weight) else "nchw"
-    cin = int(weight.shape[1]) if weight.dim() == 4 else 8
-    return conv_layout(layout, cin)
+    if groups > 1 and int(weight.shape[1]) == 1:
+        return f"{layout}/dw"
+    return conv_layout(layout, int(x.shape[1]))
+
+
+def _conv_flops(name: str, args, outs) -> float:
+    """A convolution's FLOPs, groups counted (torch's counter takes a grouped backward for a dense one):
+    2 x output elements x input channels per group x kernel size, once forward, once per gradient backward."""
+    if name == "convolution":
+        weight, out, mask = args[1], outs[0], (True,)
+    else:
+        weight, out, mask = args[2], args[0], tuple(args[10][:2])
+    taps = 1
+    for d in weight.shape[1:]:
+        taps *= int(d)
+    return 2.0 * out.numel() * taps * sum(bool(m) for m in mask)
 
 def _as_cuda_autocast_fp32(rec: StepRecorder, ins, outs, moved: int) -> int:
     """CPU autocast ran this op in half precision, CUDA's runs it in fp32: its half inputs are cast up (a kernel

@@ -1,0 +1,158 @@
+"""Predicted against measured GPU step times, for a suite of plain PyTorch training loops (needs a CUDA GPU).
+
+Each loop is what a user writes, with PyTorch's defaults: the model on the GPU, a batch copied from pinned
+memory every step, autocast for fp16/bf16 (GradScaler with fp16), foreach Adam, `loss.item()` each step. The
+prediction is dlrun's GPU model alone (gpu_time.py from the calibration), not its measurement of this GPU,
+for the GPU of the table this one is. Printed per model: measured, predicted, their ratio and whether the
+measured step lies in the predicted range; then the geometric-mean error (exp of the mean |log ratio|) and
+the worst, for the models the calibration was checked against (`seen`) and the others (`held out`).
+
+Without CUDA it prints the predictions for --gpu (default H200) and says so.
+
+    python bench/estimator_gpu.py [--gpu NAME] [--only NAME,...] [--steps 20] [--budget-seconds 400]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BERT = {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+        "intermediate_size": 3072, "vocab_size": 30522, "num_labels": 2}
+GPT2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
+T5 = {"model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8, "d_ff": 2048, "vocab_size": 32128,
+      "decoder_start_token_id": 0, "pad_token_id": 0}
+IMAGE = {"input_shape": [3, 224, 224], "num_classes": 1000}
+
+
+def _w(**kw) -> dict:
+    return {"dataset_size": 100_000, "epochs": 1, **kw}
+
+
+# (name, seen by the calibration's checks: True / held out: False, workload)
+SUITE = [
+    ("resnet50 fp32", True, _w(model="bench.gpu_models:ResNet50", batch_size=64, **IMAGE)),
+    ("resnet50 bf16 channels_last", True, _w(model="bench.gpu_models:ResNet50", batch_size=64, precision="bf16",
+                                             memory_format="channels_last", **IMAGE)),
+    ("bert-base bf16 s128", True, _w(hf=BERT, seq_len=128, batch_size=32, precision="bf16", num_classes=2)),
+    ("lstm h1024 fp32", True, _w(model="bench.gpu_models:LSTMClassifier", input_shape=[128], input_dtype="long",
+                                 batch_size=64)),
+    ("gpt2 bf16 s1024", True, _w(hf=GPT2, seq_len=1024, batch_size=8, precision="bf16")),
+    ("course cnn fp32", True, _w(model="jobs.cnn:SimpleCNN", input_shape=[1, 8, 8], batch_size=32)),
+    ("vgg11 fp16", False, _w(model="bench.gpu_models:VGG11", batch_size=64, precision="fp16", **IMAGE)),
+    ("mobilenetv2 fp32", False, _w(model="bench.gpu_models:MobileNetV2", batch_size=128, **IMAGE)),
+    ("mobilenetv2 bf16 channels_last", False, _w(model="bench.gpu_models:MobileNetV2", batch_size=128,
+                                                 precision="bf16", memory_format="channels_last", **IMAGE)),
+    ("convnext-tiny bf16", False, _w(model="bench.gpu_models:ConvNeXtTiny", batch_size=64, precision="bf16",
+                                     **IMAGE)),
+    ("vit-small bf16", False, _w(model="bench.gpu_models:ViTSmall", batch_size=128, precision="bf16", **IMAGE)),
+    ("gru h768 bf16", False, _w(model="bench.gpu_models:GRUClassifier", input_shape=[256], input_dtype="long",
+                                batch_size=64, precision="bf16")),
+    ("t5-small bf16 s256", False, _w(hf=T5, seq_len=256, batch_size=32, precision="bf16")),
+    ("bert-base fp32 tf32 s128", False, _w(hf=BERT, seq_len=128, batch_size=32, tf32=True, num_classes=2)),
+]
+
+
+def measure(workload, steps: int) -> float:
+    """Median seconds of `steps` training steps, as a plain loop runs them."""
+    import torch
+
+    from orchestrator.planning.profile import build_model, loss_of, make_batch
+
+    tf32, memory_format, impl = workload.math
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    model = build_model(workload, "cuda").train()
+    x, y = make_batch(workload, "cpu")
+    if memory_format == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+    x, y = x.pin_memory(), y.pin_memory()
+    opt = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}.get(workload.optimizer, torch.optim.SGD)(
+        model.parameters(), lr=1e-3, **({"fused": True} if impl == "fused" else {"foreach": impl == "foreach"}))
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(workload.precision)
+    scaler = torch.amp.GradScaler("cuda", enabled=workload.precision == "fp16")
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        xb, yb = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
+        with torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None):
+            loss = loss_of(model(xb), yb, workload.num_classes)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        loss.item()
+        return time.perf_counter() - t0
+
+    for _ in range(5):
+        step()
+    times = [step() for _ in range(steps)]
+    del model, opt
+    torch.cuda.empty_cache()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return statistics.median(times)
+
+
+def predict(workload, gpu: str):
+    from infra.catalog import gpu_spec
+    from orchestrator.planning.estimator import RANGE_Z, gpu_step
+    from orchestrator.planning.profile import profile_now
+
+    step = gpu_step(profile_now(workload, measure_local=False), gpu_spec(gpu))
+    spread = math.exp(RANGE_Z * step.sigma)
+    return step.seconds, step.seconds / spread, step.seconds * spread
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpu", help="the GPU of the table to predict for (default: this machine's, else H200)")
+    ap.add_argument("--only", help="comma-separated model names of the suite")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--budget-seconds", type=float, default=400, help="stop measuring new models after this")
+    args = ap.parse_args()
+    import torch
+
+    from infra.local.gpus import local_gpu_name
+    from orchestrator.planning.workload import Workload
+
+    cuda = torch.cuda.is_available()
+    gpu = args.gpu or (local_gpu_name() if cuda else None) or "H200"
+    where = f"measured on this machine's {torch.cuda.get_device_name()}" if cuda else "no CUDA GPU here: predictions only"
+    print(f"# estimator_gpu: predicted for {gpu}; {where}; torch {torch.__version__}")
+    print(f"{'model':34s} {'measured':>10s} {'predicted':>10s} {'range':>19s} {'ratio':>6s}  in range  set")
+    started, ratios = time.perf_counter(), {True: [], False: []}
+    only = set(args.only.split(",")) if args.only else None
+    for name, seen, fields in SUITE:
+        if only and name not in only:
+            continue
+        workload = Workload(**fields)
+        pred, low, high = predict(workload, gpu)
+        meas = None
+        if cuda and time.perf_counter() - started < args.budget_seconds:
+            try:
+                meas = measure(workload, args.steps)
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+        span = f"{low * 1e3:8.2f}-{high * 1e3:8.2f}"
+        if meas is None:
+            print(f"{name:34s} {'-':>10s} {pred * 1e3:9.2f}ms {span}", flush=True)
+            continue
+        ratio = pred / meas
+        ratios[seen].append(ratio)
+        print(f"{name:34s} {meas * 1e3:9.2f}ms {pred * 1e3:9.2f}ms {span} {ratio:6.2f}  "
+              f"{'yes' if low <= meas <= high else 'NO':8s}  {'seen' if seen else 'held out'}", flush=True)
+    for seen, rs in ratios.items():
+        if rs:
+            errors = [abs(math.log(r)) for r in rs]
+            print(f"{'seen' if seen else 'held out'}: {len(rs)} models, geometric-mean error "
+                  f"x{math.exp(statistics.mean(errors)):.2f}, worst x{math.exp(max(errors)):.2f}")
+
+
+if __name__ == "__main__":
+    main()
