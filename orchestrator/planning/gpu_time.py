@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from infra.catalog import GpuSpec
 from orchestrator.planning import kernels
+from orchestrator.planning.step_ops import SYNC_OP
 from orchestrator.planning.gpu_calibration import (HOST_STEP_SECONDS, HOST_WEIGHTS, MIN_KERNEL_SECONDS, Fit,
                                                    GpuCalibration, calibration_for, host_unit_seconds)
 
@@ -92,7 +93,7 @@ def host_seconds(ops, unit: float) -> tuple[float, float]:
     before, after, synced = 0.0, 0.0, False
     order = ("forward", "backward", "optimizer")
     for op in sorted(ops, key=lambda o: order.index(o.phase) if o.phase in order else 1):
-        if op.kind == "host" and op.name.startswith("(sync"):
+        if op.name == SYNC_OP:
             synced = True
             continue
         cost = op.count * unit * HOST_WEIGHTS["host" if op.kind == "host" else op.phase or "backward"]
@@ -107,7 +108,7 @@ def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1) 
     n = max(1, gpus_per_node * num_nodes)
     cal, borrowed_sigma, basis = calibration_for(gpu)
     tf32 = bool(getattr(profile, "tf32", False))
-    has_sync = any(o.kind == "host" and o.name.startswith("(sync") for o in profile.ops)
+    has_sync = any(o.name == SYNC_OP for o in profile.ops)
     gpu_before = gpu_after = 0.0
     by_kind: dict[str, float] = {}
     var = 0.0

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from orchestrator.errors import SpecError
 from orchestrator.paths import profiles_dir
-from orchestrator.planning.step_ops import OpCost
+from orchestrator.planning.step_ops import SYNC_OP, OpCost
 
-__all__ = ["OpCost", "WorkloadProfile", "measure", "profile_now", "cached_profile"]
+__all__ = ["OpCost", "SYNC_OP", "WorkloadProfile", "measure", "profile_now", "cached_profile"]
 
 PROFILE_VERSION = 4
 # the local measurement is skipped (the roofline is used instead) when the CPU roofline predicts a
@@ -244,12 +244,10 @@ def model_family(model) -> str:
 # --- the static profile (fake tensors: what CUDA would run, no memory) ----------------------------
 
 def _static_profile(workload) -> WorkloadProfile:
-    import contextlib
-
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from orchestrator.planning.step_ops import StepRecorder, fuse_rnns, fused_attention
+    from orchestrator.planning.step_ops import StepRecorder, fuse_rnns, fused_attention, grad_scaler_ops, to_fake_cpu
 
     tf32, memory_format, impl = workload.math
     half = workload.precision if workload.precision != "fp32" else None
@@ -260,7 +258,7 @@ def _static_profile(workload) -> WorkloadProfile:
     except Exception:  # some factories cannot build on meta (e.g. they load data): the CPU
         model = build_model(workload, "cpu")
     fake = FakeTensorMode()
-    _to_fake_cpu(model, fake)
+    to_fake_cpu(model, fake)
     rec = StepRecorder(half)
     saved: dict[int, int] = {}
 
@@ -287,7 +285,7 @@ def _static_profile(workload) -> WorkloadProfile:
             loss.backward()
             rec.phase = "optimizer"
             if half == "fp16":
-                _grad_scaler_ops(rec, params)
+                grad_scaler_ops(rec, params)
             make_optimizer(workload, params, impl).step()
     ops = rec.ops()
     n_params = sum(p.numel() for p in params)
@@ -302,49 +300,6 @@ def _static_profile(workload) -> WorkloadProfile:
         flops_per_step=float(sum(o.flops for o in ops)), ops=ops,
         tf32=tf32, memory_format=memory_format, optimizer_impl=impl,
     )
-
-
-def _to_fake_cpu(model, fake) -> None:
-    """Give the model fake CPU parameters and buffers of the same shapes: CPU autocast applies to them, and nothing
-    is allocated or computed (tied parameters stay tied)."""
-    import torch
-
-    made: dict[int, torch.Tensor] = {}
-
-    def fake_of(t, parameter: bool):
-        if id(t) not in made:
-            with fake:
-                new = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
-            made[id(t)] = torch.nn.Parameter(new, requires_grad=t.requires_grad) if parameter else new
-        return made[id(t)]
-
-    for m in model.modules():
-        for name, p in list(m._parameters.items()):
-            if p is not None:
-                m._parameters[name] = fake_of(p, True)
-        for name, b in list(m._buffers.items()):
-            if b is not None:
-                m._buffers[name] = fake_of(b, False)
-        if isinstance(m, torch.nn.RNNBase):
-            m._init_flat_weights()
-
-
-def _grad_scaler_ops(rec, params) -> None:
-    """fp16 training's GradScaler (torch.amp.GradScaler, PyTorch's recipe): the loss scaled, the gradients
-    unscaled and checked for inf/NaN in one foreach pass, and a sync on found_inf before the optimizer steps."""
-    from orchestrator.planning.kernels import foreach_launches
-
-    grads = sum(4.0 * p.numel() for p in params)
-    rec.note(OpCost(name="mul (loss scale)", count=1, flops=0.0, bytes=8.0, kind="elementwise", dtype="fp32",
-                    phase="forward"))
-    rec.note(OpCost(name="_amp_foreach_non_finite_check_and_unscale_", count=1, flops=0.0, bytes=2 * grads,
-                    kind="optimizer", dtype="fp32", launches=foreach_launches([p.numel() for p in params], 1)))
-    rec.note(OpCost(name=SYNC_OP, count=1, flops=0.0, bytes=0.0, kind="host", launches=0))
-    rec.note(OpCost(name="_amp_update_scale_", count=1, flops=0.0, bytes=16.0, kind="elementwise", dtype="fp32"))
-
-
-# the host waits for the GPU here: what the host dispatches after it cannot overlap what the GPU ran before
-SYNC_OP = "(sync: GradScaler reads found_inf)"
 
 
 # --- measured on this machine -------------------------------------------------------------------
@@ -367,7 +322,7 @@ def measure_local_step(workload, device: str = "cpu", *, min_steps: int = 8, war
     n = workload.batch_size * min(8, workload.steps_per_epoch)
     xs, ys = make_batch(workload, device, batch_size=n)
     if memory_format == "channels_last":
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # pyright: ignore[reportCallIssue]
         xs = xs.contiguous(memory_format=torch.channels_last) if xs.dim() == 4 else xs
     opt = make_optimizer(workload, list(model.parameters()), impl if cuda else None)
     autocast = workload.precision != "fp32" and cuda

@@ -105,53 +105,57 @@ def _attention_flops(name: str, args) -> float:
 
 def _dispatch_mode(rec: StepRecorder):
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import flop_registry
 
     class _Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            if rec.paused:
-                return out
             name = func.overloadpacket.__name__
-            if name in kernels.PROFILER_OPS:
+            if rec.paused or name in kernels.PROFILER_OPS:
                 return out
             if name in kernels.FREE_OPS:
                 rec.note(OpCost(name="(views and allocations)", count=1, flops=0.0, bytes=0.0, kind="host",
                                 launches=0))
-                return out
-            ins, outs = _tensors((args, kwargs)), _tensors(out)
-            moved = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in outs)
-            kind = kernels.kind_of(name)
-            launches = 1
-            if kind == "optimizer":
-                lists = [a for a in args if isinstance(a, (list, tuple)) and a and hasattr(a[0], "numel")]
-                if lists:
-                    launches = kernels.foreach_launches([int(t.numel()) for t in lists[0]], len(lists))
-                if not outs:  # in place over lists: what it reads it writes back
-                    moved += sum(_nbytes(t) for t in lists[0]) if lists else 0
-            if kind == "attention":
-                flops = _attention_flops(name, args)
-            elif name in ("convolution", "convolution_backward"):
-                flops = _conv_flops(name, args, outs)
             else:
-                counter = flop_registry.get(func.overloadpacket)
-                flops = float(counter(*args, **kwargs, out_val=out)) if counter is not None else 0.0
-            layout = ""
-            if name in ("convolution", "convolution_backward") and args[0].dim() == 4:
-                x, weight = (args[0], args[1]) if name == "convolution" else (args[1], args[2])
-                layout = _conv_layout(x, weight, int(args[8] if name == "convolution" else args[9]))
-            elif kind == "norm" and "batch_norm" in name:
-                layout = "batch"
-            dtype = _float_dtype(ins) or _float_dtype(outs)
-            if rec.autocast_dtype and name in kernels.CUDA_AUTOCAST_FP32_OPS and dtype in ("bf16", "fp16"):
-                moved = _as_cuda_autocast_fp32(rec, ins, outs, moved)
-                dtype = "fp32"
-            rec.note(OpCost(name=name, count=1, flops=flops, bytes=float(moved), kind=kind, dtype=dtype,
-                            layout=layout, launches=launches))
+                rec.note(_op_cost(rec, func, name, args, kwargs, out))
             return out
 
     return _Mode()
+
+
+def _op_cost(rec: StepRecorder, func, name: str, args, kwargs, out) -> OpCost:
+    """One aten op as the kernel CUDA runs for it: class, FLOPs, bytes read and written, launches, dtype."""
+    from torch.utils.flop_counter import flop_registry
+
+    ins, outs = _tensors((args, kwargs)), _tensors(out)
+    moved = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in outs)
+    kind = kernels.kind_of(name)
+    launches = 1
+    if kind == "optimizer":
+        lists = [a for a in args if isinstance(a, (list, tuple)) and a and hasattr(a[0], "numel")]
+        if lists:
+            launches = kernels.foreach_launches([int(t.numel()) for t in lists[0]], len(lists))
+            if not outs:  # in place over lists: what it reads it writes back
+                moved += sum(_nbytes(t) for t in lists[0])
+    if kind == "attention":
+        flops = _attention_flops(name, args)
+    elif name in ("convolution", "convolution_backward"):
+        flops = _conv_flops(name, args, outs)
+    else:
+        counter = flop_registry.get(func.overloadpacket)
+        flops = float(counter(*args, **kwargs, out_val=out)) if counter is not None else 0.0
+    layout = ""
+    if name in ("convolution", "convolution_backward") and args[0].dim() == 4:
+        x, weight = (args[0], args[1]) if name == "convolution" else (args[1], args[2])
+        layout = _conv_layout(x, weight, int(args[8] if name == "convolution" else args[9]))
+    elif kind == "norm" and "batch_norm" in name:
+        layout = "batch"
+    dtype = _float_dtype(ins) or _float_dtype(outs)
+    if rec.autocast_dtype and name in kernels.CUDA_AUTOCAST_FP32_OPS and dtype in ("bf16", "fp16"):
+        moved = _as_cuda_autocast_fp32(rec, ins, outs, moved)
+        dtype = "fp32"
+    return OpCost(name=name, count=1, flops=flops, bytes=float(moved), kind=kind, dtype=dtype, layout=layout,
+                  launches=launches)
 
 
 def _conv_layout(x, weight, groups: int) -> str:
@@ -191,6 +195,49 @@ def _as_cuda_autocast_fp32(rec: StepRecorder, ins, outs, moved: int) -> int:
         rec.note(OpCost(name="_to_copy (autocast fp32)", count=1, flops=0.0, bytes=3.0 * _nbytes(t),
                         kind="elementwise", dtype="fp32"))
     return moved + sum(_nbytes(t) for t in halves_in + halves_out)
+
+
+# --- fake parameters, GradScaler ------------------------------------------------------------------
+
+def to_fake_cpu(model, fake) -> None:
+    """Give the model fake CPU parameters and buffers of the same shapes: CPU autocast applies to them, and nothing
+    is allocated or computed (tied parameters stay tied)."""
+    import torch
+
+    made: dict[int, torch.Tensor] = {}
+
+    def fake_of(t, parameter: bool):
+        if id(t) not in made:
+            with fake:
+                new = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+            made[id(t)] = torch.nn.Parameter(new, requires_grad=t.requires_grad) if parameter else new
+        return made[id(t)]
+
+    for m in model.modules():
+        for name, p in list(m._parameters.items()):
+            if p is not None:
+                m._parameters[name] = fake_of(p, True)
+        for name, b in list(m._buffers.items()):
+            if b is not None:
+                m._buffers[name] = fake_of(b, False)
+        if isinstance(m, torch.nn.RNNBase):
+            m._init_flat_weights()
+
+
+def grad_scaler_ops(rec, params) -> None:
+    """fp16 training's GradScaler (torch.amp.GradScaler, PyTorch's recipe): the loss scaled, the gradients
+    unscaled and checked for inf/NaN in one foreach pass, and a sync on found_inf before the optimizer steps."""
+    grads = sum(4.0 * p.numel() for p in params)
+    rec.note(OpCost(name="mul (loss scale)", count=1, flops=0.0, bytes=8.0, kind="elementwise", dtype="fp32",
+                    phase="forward"))
+    rec.note(OpCost(name="_amp_foreach_non_finite_check_and_unscale_", count=1, flops=0.0, bytes=2 * grads,
+                    kind="optimizer", dtype="fp32", launches=kernels.foreach_launches([p.numel() for p in params], 1)))
+    rec.note(OpCost(name=SYNC_OP, count=1, flops=0.0, bytes=0.0, kind="host", launches=0))
+    rec.note(OpCost(name="_amp_update_scale_", count=1, flops=0.0, bytes=16.0, kind="elementwise", dtype="fp32"))
+
+
+# the host waits for the GPU here: what the host dispatches after it cannot overlap what the GPU ran before
+SYNC_OP = "(sync: GradScaler reads found_inf)"
 
 
 # --- cuDNN's fused RNN -------------------------------------------------------------------------

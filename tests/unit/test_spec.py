@@ -112,13 +112,14 @@ def test_an_unknown_key_with_a_newline_is_still_one_line():
     assert "\n" not in e.value.message and "unknown field '\\n'" in e.value.message
 
 
-def test_a_model_workload_keeps_the_spec_hash_it_had_before_hf_workloads():
-    # runs resume by spec hash: the hf:/seq_len fields added later must not change it for jobs without them
+def test_a_model_workload_keeps_the_spec_hash_it_had_before_later_workload_fields():
+    # runs resume by spec hash: fields added later (hf:, seq_len, tf32, memory_format, optimizer_impl) must not
+    # change it for jobs without them
     import hashlib
 
     spec = load_job(Path(__file__).resolve().parents[2] / "configs/examples/digits_cnn.yaml")
     data = spec.model_dump(mode="json")
-    for key in ("hf", "seq_len"):
+    for key in ("hf", "seq_len", "tf32", "memory_format", "optimizer_impl"):
         del data["workload"][key]
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert spec.spec_hash() == before

@@ -120,7 +120,8 @@ def choice_line(plan) -> str:
     if c is None:
         return "nothing fits"
     e = c.estimate
-    line = f"running on {c.offer.label}{' spot' if c.spot else ''}: est. {human_duration(e.total_seconds)}, {money(e.cost)}"
+    market = " spot" if c.spot else ""
+    line = f"running on {c.offer.label}{market}: est. {human_duration(e.total_seconds)}, {money(e.cost)}"
     if money(e.cost_high) != money(e.cost):
         line += f" (up to {money(e.cost_high)})"
     second = plan.runner_up
