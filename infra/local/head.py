@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -247,10 +248,9 @@ def _start_with_retries(port: int, num_cpus: int | None, timeout: float, progres
         except HeadExited as e:
             left = deadline - time.monotonic()
             if attempt == START_TRIES or left < MIN_TRY_S:
-                raise HeadExited(f"{e.message} (try {attempt} of {START_TRIES}; {HEAD_START_ENV} gives a slow "
-                                 "machine more time)", cloud="local") from None
+                raise HeadExited(f"{e.message} (try {attempt} of {START_TRIES})", cloud="local") from None
             if progress is not None:
-                progress(f"{e.message}; trying again ({attempt + 1} of {START_TRIES})")
+                progress(f"{e.message}; trying again (try {attempt + 1} of {START_TRIES})")
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
@@ -284,6 +284,7 @@ def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeou
     env.pop("RAY_AUTH_TOKEN", None)
     log_path = head_log()
     with open(log_path, "ab") as log:
+        log_from = log.tell()
         log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} dlrun starts a Ray head: {' '.join(cmd)}\n".encode())
         log.flush()
         try:
@@ -299,10 +300,26 @@ def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeou
     _record_path().write_text(json.dumps(asdict(head)))
     try:
         _wait_ready(head, timeout, proc, progress)
+    except HeadExited:
+        stop_local_head(head)
+        raise HeadExited(f"the local Ray head exited (code {proc.returncode}) before its Jobs API answered"
+                         f"{_why(log_path, log_from)}; see {log_path}", cloud="local") from None
     except BaseException:
         stop_local_head(head)
         raise
     return head
+
+
+def _why(log_path: Path, offset: int) -> str:
+    """`: <Ray's last error line>` of what this start wrote to the log, or ""."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    errors = [line.strip() for line in text.splitlines() if re.search(r"(Error|Exception)\b.*:", line)]
+    return f": {errors[-1][:300]}" if errors else ""
 
 
 def _wait_ready(head: LocalHead, timeout: float, proc: subprocess.Popen | None, progress: Progress | None) -> None:
@@ -310,8 +327,14 @@ def _wait_ready(head: LocalHead, timeout: float, proc: subprocess.Popen | None, 
     from infra.auth import LOCAL, bearer, read_token
 
     headers = bearer(read_token(LOCAL)) if head.started_by_dlrun else {}
-    wait_jobs_api(head.dashboard_url, timeout, headers, proc, what="the local Ray head",
-                  log_hint=f"; its log: {head_log()}", progress=progress)
+    try:
+        wait_jobs_api(head.dashboard_url, timeout, headers, proc, what="the local Ray head",
+                      log_hint=f"; see {head_log()}", progress=progress)
+    except HeadExited:
+        raise
+    except ProvisionError as e:  # dlrun's own deadline, not Ray's
+        raise ProvisionError(f"{e.message} ({HEAD_START_ENV} gives a slow machine more time)",
+                             cloud="local") from None
 
 
 def stop_local_head(head: LocalHead | None = None, timeout: float = 6.0) -> bool:

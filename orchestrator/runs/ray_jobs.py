@@ -8,6 +8,7 @@ that the head does not hold yet goes through Ray's own packaging code (packages.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -99,11 +100,16 @@ class JobsClient(Protocol):
         ...
 
 
+_ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Exit)\b")
+
+
 def _gist(text: str) -> str:
-    """Ray's error text in short: of a Python traceback (Ray's 400/500 answers carry one), its last line."""
+    """Ray's error text in short: of a Python traceback (Ray's 400/500 answers carry one, the head's around
+    its job agent's), the last exception's line."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if lines and lines[0].startswith("Traceback"):
-        return lines[-1][:500]
+        errors = [line for line in lines if _ERROR_LINE.match(line)]
+        return (errors or lines)[-1][:500]
     return text[:500]
 
 
@@ -201,7 +207,7 @@ class RayJobs:
             try:
                 return self._json("POST", "/api/jobs/", json_body=body)["submission_id"]
             except JobsApiError as e:
-                if retried and e.status == 400 and "already exists" in str(e):
+                if retried and "already exists" in str(e):
                     return submission_id  # an earlier try's POST was taken, its answer lost
                 if not not_ready_yet(e) or time.monotonic() > deadline:
                     raise
