@@ -63,20 +63,11 @@ class FakeHead:
             def do_POST(self):
                 body = self._record()
                 if self.path == "/api/jobs/":
-                    sid = json.loads(body)["submission_id"]
-                    refusal = head.refusals.pop(0) if head.refusals else ""
-                    if refusal == "agent":
-                        return self._answer(500, "No available agent to submit job, please try again later.")
-                    if refusal == "503":
-                        return self._answer(503, "Service Unavailable")
-                    if refusal in ("closed", "taken"):
-                        head.jobs |= {sid} if refusal == "taken" else set()
+                    answer = head.submission(json.loads(body)["submission_id"])
+                    if answer is None:
                         self.close_connection = True  # no status line: the client reads an empty answer
                         return
-                    if sid in head.jobs:
-                        return self._answer(500, DUPLICATE.format(sid))
-                    head.jobs.add(sid)
-                    return self._answer(200, {"submission_id": sid, "job_id": None})
+                    return self._answer(*answer)
                 if self.path.endswith("/stop"):
                     return self._answer(200, {"stopped": True})
                 return self._answer(404, "")
@@ -87,6 +78,21 @@ class FakeHead:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def submission(self, sid: str) -> tuple[int, object] | None:
+        """The answer to a POST of `sid` (status, body), or None: the connection closed without one."""
+        refusal = self.refusals.pop(0) if self.refusals else ""
+        if refusal == "agent":
+            return 500, "No available agent to submit job, please try again later."
+        if refusal == "503":
+            return 503, "Service Unavailable"
+        if refusal in ("closed", "taken"):
+            self.jobs |= {sid} if refusal == "taken" else set()
+            return None
+        if sid in self.jobs:
+            return 500, DUPLICATE.format(sid)
+        self.jobs.add(sid)
+        return 200, {"submission_id": sid, "job_id": None}
 
 
 @pytest.fixture
