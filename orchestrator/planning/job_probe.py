@@ -11,10 +11,12 @@ STABLE_WINDOW_S each agree within STABLE_TOLERANCE of their mean) and PROBE_MIN_
 PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its start may be slow). The run time is the
 time so far plus what is left at the rate of those last intervals (the job's start and a slow first epoch
 are counted once); the slowest and fastest of them give the range. The CPU the job got meanwhile is
-measured (cpu_share.py): on a machine that was saturated by other work, the estimate is corrected to what
-the job would take alone, and the range reaches up to the uncorrected time. A job that ends by itself (exit 0)
-within the probe is timed to its end, progress or not. The result is cached by the job's command, env and
-workdir content. A job that fails
+measured (cpu_share.py): where its threads waited for a CPU (a machine busy with other work), the range
+reaches down to what the job would take alone; a rate that held steady (steady load: likely still there
+for the run) is planned as measured, one still changing at the cap (load that came and went) as the job
+alone would run. A job
+that ends by itself (exit 0) within the probe is timed to its end, progress or not. The result is cached by
+the job's command, env and workdir content. A job that fails
 during the probe, or reports nothing before PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
 """
 from __future__ import annotations
@@ -142,13 +144,15 @@ def probe_note(probe: ProbeResult) -> str:
     if probe.run_high > probe.run_low > 0:
         parts.append(f"range {probe.run_low:.0f}-{probe.run_high:.0f} s")
     cpu = probe.cpu or {}
-    if probe.busy and probe.measured_seconds > probe.run_seconds * 1.02:
-        parts.append(f"the machine was busy (other processes used {cpu.get('others', 0):.1f} of "
-                     f"{cpu.get('cores', 0)} cores; the job got {cpu.get('share', 0):.1f} of the "
-                     f"{cpu.get('wanted', 0):.1f} it uses alone): corrected from {probe.measured_seconds:.0f} s")
-    elif probe.busy:
-        parts.append(f"the machine was busy (other processes used {cpu.get('others', 0):.1f} of "
-                     f"{cpu.get('cores', 0)} cores), the job got the CPU it uses alone")
+    if probe.busy:
+        busy = f"the machine was busy (other processes used {cpu.get('others', 0):.1f} of {cpu.get('cores', 0)} cores"
+        if cpu.get("wanted", 0) > cpu.get("share", 0) * 1.05:
+            busy += f"; the job got {cpu.get('share', 0):.1f} of the {cpu.get('wanted', 0):.1f} it uses alone)"
+            busy += (f": corrected from {probe.measured_seconds:.0f} s" if probe.run_seconds < probe.measured_seconds
+                     else f": planned as it ran, about {probe.run_low:.0f} s alone")
+        else:
+            busy += "), the job got the CPU it uses alone"
+        parts.append(busy)
     return "; ".join(parts)
 
 
@@ -251,7 +255,11 @@ def _estimate(out: _ProbeOutput, elapsed: float) -> ProbeResult:
         spread, since = None, out.points[0][0]
     use = out.cpu_use(since)
     slowdown = use.slowdown if use is not None else 1.0
-    return ProbeResult(run_seconds=run / slowdown, probe_seconds=elapsed, complete=False, points=out.points,
+    # a rate that held steady says the load held steady too: it is likely still there for the run, which is
+    # then planned as measured (the range reaches down to the time alone); a rate still changing at the cap
+    # (load that came and went: another head starting) is planned as the job alone would run
+    planned = run if out.stable else run / slowdown
+    return ProbeResult(run_seconds=planned, probe_seconds=elapsed, complete=False, points=out.points,
                        samples_per_s=out.samples, threads=os.cpu_count() or 1, run_low=fast / slowdown,
                        run_high=slow, spread=spread, stable=out.stable, measured_seconds=run,
                        cpu=use.to_json() if use is not None else None, busy=bool(use and use.busy))
@@ -291,7 +299,7 @@ class _ProbeOutput:
         window = [c for c in self.cpu if c.wall - self.start >= since]
         if len(window) < 2:
             return None
-        return cpu_share.use_between(window[0], window[-1], [c.runnable for c in window])
+        return cpu_share.use_between(window[0], window[-1])
 
     def feed(self, chunk: bytes, now: float) -> None:
         *lines, self.partial = (self.partial + chunk).split(b"\n")
