@@ -148,8 +148,8 @@ def probe_note(probe: ProbeResult) -> str:
         busy = f"the machine was busy (other processes used {cpu.get('others', 0):.1f} of {cpu.get('cores', 0)} cores"
         if cpu.get("wanted", 0) > cpu.get("share", 0) * 1.05:
             busy += f"; the job got {cpu.get('share', 0):.1f} of the {cpu.get('wanted', 0):.1f} it uses alone)"
-            busy += (f": corrected from {probe.measured_seconds:.0f} s" if probe.run_seconds < probe.measured_seconds
-                     else f": planned as it ran, about {probe.run_low:.0f} s alone")
+            busy += (f": planned as it ran, about {probe.run_low:.0f} s alone" if probe.stable
+                     else f": corrected from {probe.measured_seconds:.0f} s")
         else:
             busy += "), the job got the CPU it uses alone"
         parts.append(busy)
