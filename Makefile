@@ -42,6 +42,7 @@ bench: setup
 	$(VENV)/bin/python bench/estimator_accuracy.py
 	$(VENV)/bin/python bench/plan_speed.py
 	$(VENV)/bin/python bench/spot_savings.py
+	$(VENV)/bin/python bench/probe_under_load.py  # the probe's estimate vs the run, quiet and beside a CPU hog
 	$(VENV)/bin/python bench/vm_boot.py  # the emulated-VM lab: needs root (says so and skips without)
 	$(VENV)/bin/python bench/estimator_gpu.py  # measured vs predicted GPU steps (predictions only without CUDA)
 

@@ -11,7 +11,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Callable, Literal
 
 from infra.catalog import Offer, canonical_gpu
 
@@ -185,6 +185,7 @@ class ClusterRequest:
     storage: str = ""  # bucket URL (s3://, gs://) the nodes may read/write: scoped node credentials
     data_read: tuple = ()  # bucket URLs the nodes may also read (the job's data inputs)
     data_uploads: tuple = ()  # (local dir, manifest URL, manifest) to upload before launch (once)
+    progress: Callable[[str], None] | None = None  # what a launch says while it waits (a slow head start)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Reaching a Ray head: free local ports, whether its dashboard answers, waiting until it does."""
+"""Reaching a Ray head: free local ports, whether its dashboard and its Jobs API answer, waiting until they do."""
 from __future__ import annotations
 
 import json
@@ -6,6 +6,7 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
+from typing import Callable
 import urllib.error
 import urllib.request
 
@@ -101,3 +102,40 @@ def wait_dashboard(url: str, timeout: float, proc: subprocess.Popen | None = Non
             raise HeadExited(f"{what} exited (code {proc.returncode}){log_hint}", cloud=cloud)
         time.sleep(0.25)
     raise ProvisionError(f"{what} did not answer at {url} within {timeout:.0f} s{log_hint}", cloud=cloud)
+
+
+PROGRESS_EVERY_S = 10.0  # how often a wait for a head says how long it has waited
+
+
+def jobs_api_answers(url: str, headers: dict[str, str] | None = None, timeout: float = 2.0) -> bool:
+    """True when the Jobs API at url lists its jobs to a request with `headers` (the head's token): the
+    dashboard is up, takes the token and reaches its GCS. A port that answers, or a 401, is not enough:
+    a head answers /api/version seconds before its job module can serve a request."""
+    req = urllib.request.Request(f"{url.rstrip('/')}/api/jobs/", headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status == 200 and isinstance(json.loads(r.read() or b"null"), list)
+    except Exception:
+        return False
+
+
+def wait_jobs_api(url: str, timeout: float, headers: dict[str, str] | None = None,
+                  proc: subprocess.Popen | None = None, *, what: str = "the Ray head", log_hint: str = "",
+                  cloud: str = "local", progress: Callable[[str], None] | None = None) -> None:
+    """Until the Jobs API at url answers an authenticated request (jobs_api_answers); HeadExited when proc
+    exits first, ProvisionError when time runs out. progress(line), every PROGRESS_EVERY_S: how long so far."""
+    start = time.monotonic()
+    deadline, said = start + timeout, start
+    while True:
+        if jobs_api_answers(url, headers, timeout=min(5.0, max(1.0, deadline - time.monotonic()))):
+            return
+        if proc is not None and proc.poll() is not None:
+            raise HeadExited(f"{what} exited (code {proc.returncode}) before its Jobs API answered{log_hint}",
+                             cloud=cloud)
+        now = time.monotonic()
+        if now >= deadline:
+            raise ProvisionError(f"{what} did not answer at {url} within {timeout:.0f} s{log_hint}", cloud=cloud)
+        if progress is not None and now - said >= PROGRESS_EVERY_S:
+            said = now
+            progress(f"waiting for {what} to answer at {url}: {now - start:.0f} s of up to {timeout:.0f} s{log_hint}")
+        time.sleep(0.25)

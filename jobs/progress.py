@@ -16,6 +16,12 @@ others, the bar with the largest total is (the HF Trainer's evaluation bar is sh
 bar). The run's share done is known from a bar over the whole run (no epoch in its description), from
 `epoch i/N` (plus the epoch bar's share), or is None.
 
+Nested tqdm bars (`for e in trange(E): for b in tqdm(batches, leave=False)`): tqdm draws a bar at position
+1 and below after a newline and moves the cursor back up (`ESC[A`) after it; a `leave=False` bar is cleared
+(blanks, `ESC[A`) when it closes, and the next one starts again at 0. Such a bar, or one that starts again,
+is an inner bar: each of its rounds is one step of the outer bar, which counts the run, whatever the two
+totals. The share is then (outer n + inner n / inner total) / outer total.
+
 Pure stdlib: it runs in the job's wrapper (jobs/tee.py) as well as in dlrun itself.
 """
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+CURSOR_UP = "\x1b[A"  # tqdm's move back up after drawing a bar at position 1 or below
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _COUNT = r"\d+(?:\.\d+)?[kMGTP]?"
 TQDM_BAR = re.compile(
@@ -77,6 +84,10 @@ class ProgressReader:
     _pending: str = ""
     open_bar: bool = False  # the output ends inside a line, and that line is a bar (tqdm's \r update)
     _first: tuple[float, float] | None = None  # (clock, share) when a share was first known
+    _rounds: dict = field(default_factory=dict)  # bar key -> its last n, of bars seen so far
+    _inner: tuple | None = None  # the key of a bar that restarts (or is drawn below another): one step's bar
+    _outer: tuple | None = None  # the key of the bar over the whole run, once an inner one is known
+    _outer_n: float = 0.0
 
     def feed(self, text: str) -> None:
         """Take more output; complete segments (ended by \\n or \\r) are read, the rest waits."""
@@ -102,7 +113,8 @@ class ProgressReader:
             return
         bar = parse_bar(line)
         if bar is not None:
-            self._take_bar(bar, line)
+            if not self._nested(bar, line, below=CURSOR_UP in segment):
+                self._take_bar(bar, line)
             return
         if line.startswith("{") and line.endswith("}"):
             values = parse_dict(line)
@@ -115,6 +127,38 @@ class ProgressReader:
         pairs = metric_pairs(line)
         if pairs:
             self._take_metrics(pairs)
+
+    def _nested(self, bar: Bar, line: str, below: bool) -> bool:
+        """Read a bar as one of two nested ones; False when it is not (it is read as a bar on its own)."""
+        desc = line.split("|", 1)[0]
+        if bar.epoch is not None or NOT_THE_RUN.search(desc):
+            return False
+        key = (re.sub(r"[\s\d%:]+", " ", desc).strip(), bar.total)  # its description without the percentage
+        last = self._rounds.get(key)
+        self._rounds[key] = bar.n
+        if key != self._inner and (below or (last is not None and bar.n < last)):
+            outers = [k for k in self._rounds if k != key and self._rounds[k] < k[1]]  # unfinished others
+            if not outers:
+                return False  # a bar that starts again with no bar over it: its epochs are not counted
+            self._inner, self._outer = key, outers[0]
+            self._outer_n = self._rounds[self._outer]
+        if self._inner is None or self._outer is None:
+            return False
+        self._take_metrics(bar.metrics)
+        if key == self._outer:
+            self._outer_n = bar.n
+            within = 0.0
+        elif key == self._inner:
+            within = bar.n / bar.total if bar.total else 0.0
+            self.rate, self.remaining_s = bar.rate, None
+        else:
+            return True  # a third bar beside the two: not the run's
+        steps = self._outer[1]
+        self.step, self.steps, self.step_is_run, self.changed = self._outer_n, steps, True, True
+        if steps:
+            self._set_share(min(1.0, (self._outer_n + min(within, 1.0)) / steps,
+                                (self._outer_n + 1) / steps))
+        return True
 
     def _take_bar(self, bar: Bar, line: str) -> None:
         self._take_metrics(bar.metrics)

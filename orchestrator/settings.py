@@ -47,6 +47,10 @@ SETTINGS: tuple[Setting, ...] = (
     _env("DLRUN_HOME", Path, "~/.dlrun", "state, keys, logs, profiles, the catalog's refreshed copy"),
     _env("DLRUN_RAY_ADDRESS", str, None, "use this Ray head for local jobs (dlrun then starts none)"),
     _env("DLRUN_DASHBOARD_PORT", int, "8265", "the dashboard port of the local head dlrun starts or attaches to"),
+    _env("DLRUN_HEAD_START_S", float, "180", "seconds the local head dlrun starts may take until its Jobs API "
+         "answers (all tries; a cold venv or a busy machine is slow)"),
+    _env("DLRUN_RAY_BIN", Path, None, "the `ray` executable the local head is started with; unset: the one "
+         "beside dlrun's Python, else `ray` on PATH"),
     _env("DLRUN_LOCAL_GPUS", str, None, "`none`: the plan leaves this machine's GPUs out (nvidia-smi is not "
          "asked)"),
     _env("DLRUN_OWNER", str, None, "the owner written on every cloud resource; unset: user@host"),
@@ -102,6 +106,10 @@ SETTINGS: tuple[Setting, ...] = (
     _env("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", str, "0", "Ray's: `1` ships files .gitignore lists (part of a "
          "package's digest)"),
     _env("RAY_max_grpc_message_size", int, "536870912", "Ray's largest working_dir package in bytes (512 MiB)"),
+    _env("RAY_raylet_start_wait_time_s", int, "120", "Ray's: how long `ray start` waits for its node to "
+         "register (Ray's default 30; dlrun's local head: 120 unless set)"),
+    _env("RAY_DASHBOARD_STARTUP_TIMEOUT_S", int, "120", "Ray's: how long `ray start` waits for its dashboard "
+         "(Ray's default 60; dlrun's local head: 120 unless set)"),
     _env("AWS_ENDPOINT_URL", str, None, "boto3's endpoint for every AWS service (an emulator); "
          "`AWS_ENDPOINT_URL_<SERVICE>` for one"),
     _env("AWS_ENDPOINT_URL_S3", str, None, "boto3's S3 endpoint (dlrun's and the job's checkpoints)"),

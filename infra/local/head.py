@@ -6,12 +6,19 @@ machine, or the one `make demo` left under another DLRUN_HOME); dlrun starts its
 A head that dlrun starts runs as `ray start --head --block` in its own session; its process
 group id is recorded in $DLRUN_HOME/local_head.json, and `dlrun down` signals exactly that group
 (never `ray stop`, which would kill every Ray process on the machine).
+
+A head is ready when its Jobs API answers a request with dlrun's token (infra.reach.wait_jobs_api), not when
+its port opens. A first start in a new venv on a busy machine is slow (Python imports its packages from a
+cold disk cache); Ray's own start-up deadlines are raised to dlrun's (RAY_START_DEADLINES) and the wait says
+how long it has waited. An attempt that fails is stopped whole (its process group, any of its processes that
+left the group, its temp dir) before the next one starts.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,15 +28,52 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from infra.base import CredentialsError, ProvisionError
 from infra.paths import dlrun_home
 from infra.reach import (RAY_NODE_PORT_FLAGS, HeadExited, ask_head, dashboard_alive, free_port,  # noqa: F401
-                         free_port_flags, free_ports, port_free, wait_dashboard)
+                         free_port_flags, free_ports, port_free, wait_dashboard, wait_jobs_api)
 
 DEFAULT_DASHBOARD_PORT = 8265
 DEFAULT_GCS_PORT = 6379
 START_TRIES = 3  # two dlrun processes (two users) may pick the same free port at once: the loser retries
+HEAD_START_ENV = "DLRUN_HEAD_START_S"  # seconds a local head may take until its Jobs API answers (all tries)
+HEAD_START_S = 180.0
+RAY_BIN_ENV = "DLRUN_RAY_BIN"  # the `ray` executable the local head is started with
+MIN_TRY_S = 15.0  # a retry with less time left than this would only fail again
+# Ray 2.60's deadlines inside `ray start --head`, raised for a slow first start unless the user set them
+# (read in the installed package): the node's registration with the GCS ("The current node timed out during
+# startup", ray/_private/node.py: a fixed 30 s loop around GlobalStateAccessor::GetNode, which itself retries
+# for RAY_raylet_start_wait_time_s) and the dashboard's (RAY_DASHBOARD_STARTUP_TIMEOUT_S,
+# ray/_private/ray_constants.py, default 60 s, ray/_private/services.py start_api_server)
+RAY_START_DEADLINES = {"RAY_raylet_start_wait_time_s": "120", "RAY_DASHBOARD_STARTUP_TIMEOUT_S": "120"}
+Progress = Callable[[str], None]
+
+
+def head_start_s() -> float:
+    try:
+        return float(os.environ.get(HEAD_START_ENV) or HEAD_START_S)
+    except ValueError:
+        raise ProvisionError(f"{HEAD_START_ENV}={os.environ[HEAD_START_ENV]!r} is not a number of seconds; "
+                             f"unset it or set e.g. {HEAD_START_ENV}={HEAD_START_S:.0f}", cloud="local") from None
+
+
+def head_log() -> Path:
+    """Where the local head's own output goes (Ray's start-up errors among it)."""
+    return dlrun_home() / "local_head.log"
+
+
+def ray_executable() -> str:
+    """DLRUN_RAY_BIN, else the `ray` beside dlrun's Python (its venv), else the one on PATH."""
+    chosen = os.environ.get(RAY_BIN_ENV)
+    if chosen:
+        found = shutil.which(os.path.expanduser(chosen))
+        if not found:
+            raise ProvisionError(f"{RAY_BIN_ENV}={chosen}: no such executable; point it at a `ray` "
+                                 "or unset it", cloud="local")
+        return found
+    return shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray") or "ray"
 
 
 @dataclass
@@ -160,16 +204,18 @@ def _one_starter():
 
 
 def ensure_local_head(*, dashboard_port: int | None = None, num_cpus: int | None = None,
-                      timeout: float = 90.0) -> LocalHead:
-    """Attach to dlrun's head, or to a usable Ray head already on the dashboard port, or start one."""
+                      timeout: float | None = None, progress: Progress | None = None) -> LocalHead:
+    """Attach to dlrun's head, or to a usable Ray head already on the dashboard port, or start one.
+    timeout: for the head's start, all tries together (DLRUN_HEAD_START_S); progress(line): said while waiting."""
     with _one_starter():
-        return _ensure_local_head(dashboard_port, num_cpus, timeout)
+        return _ensure_local_head(dashboard_port, num_cpus, head_start_s() if timeout is None else timeout, progress)
 
 
-def _ensure_local_head(dashboard_port: int | None, num_cpus: int | None, timeout: float) -> LocalHead:
+def _ensure_local_head(dashboard_port: int | None, num_cpus: int | None, timeout: float,
+                       progress: Progress | None) -> LocalHead:
     head = recorded_head()
     if head:
-        wait_dashboard(head.dashboard_url, timeout, what="the local Ray head")
+        _wait_ready(head, timeout, None, progress)
         return head
     explicit = os.environ.get("DLRUN_RAY_ADDRESS")
     if explicit:
@@ -182,29 +228,38 @@ def _ensure_local_head(dashboard_port: int | None, num_cpus: int | None, timeout
         passed_over = why_unusable(url)
         if passed_over is None:
             return LocalHead(dashboard_url=url, gcs_address="", pgid=None, started_by_dlrun=False)
-    started = _start_with_retries(port, num_cpus, timeout)
+    started = _start_with_retries(port, num_cpus, timeout, progress)
     if passed_over:
         started.notice = (f"the Ray head on {url} is not dlrun's ({passed_over.reason}); started dlrun's own on "
                           f"{started.dashboard_url} (`dlrun down` stops it)")
     return started
 
 
-def _start_with_retries(port: int, num_cpus: int | None, timeout: float) -> LocalHead:
+def _start_with_retries(port: int, num_cpus: int | None, timeout: float, progress: Progress | None) -> LocalHead:
+    """Tries until one head answers, within `timeout` for all of them: a try whose head exited (a port taken
+    meanwhile, Ray's own start-up deadline) is stopped whole, and the next one takes other free ports."""
+    deadline = time.monotonic() + timeout
     for attempt in range(1, START_TRIES + 1):
+        left = deadline - time.monotonic()
         try:  # Ray's usual ports when free; on a retry, other free ones
             return start_local_head(dashboard_port=free_port(port if attempt == 1 else None), num_cpus=num_cpus,
-                                    timeout=timeout, gcs_port=free_port(DEFAULT_GCS_PORT if attempt == 1 else None))
-        except HeadExited:
-            if attempt == START_TRIES:
-                raise
+                                    timeout=left, gcs_port=free_port(DEFAULT_GCS_PORT if attempt == 1 else None),
+                                    progress=progress)
+        except HeadExited as e:
+            left = deadline - time.monotonic()
+            if attempt == START_TRIES or left < MIN_TRY_S:
+                raise HeadExited(f"{e.message} (try {attempt} of {START_TRIES})", cloud="local") from None
+            if progress is not None:
+                progress(f"{e.message}; trying again (try {attempt + 1} of {START_TRIES})")
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeout: float = 90.0,
-                     gcs_port: int | None = None) -> LocalHead:
+def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeout: float | None = None,
+                     gcs_port: int | None = None, progress: Progress | None = None) -> LocalHead:
+    timeout = head_start_s() if timeout is None else timeout
     gcs_port = gcs_port or free_port(DEFAULT_GCS_PORT)
     metrics_port = free_ports(1, (gcs_port, dashboard_port))[0]
-    ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray") or "ray"
+    ray_bin = ray_executable()
     # its own temp dir: Ray points job drivers at the cluster named in <temp-dir>/ray_current_cluster,
     # which in the shared /tmp/ray is whichever head started last. Short: Ray's socket paths are limited.
     temp_dir = tempfile.mkdtemp(prefix="dlrun-ray-", dir="/tmp")
@@ -224,23 +279,62 @@ def start_local_head(*, dashboard_port: int, num_cpus: int | None = None, timeou
     from infra.auth import LOCAL, ensure_token, token_path
 
     ensure_token(LOCAL)
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token",
-               RAY_AUTH_TOKEN_PATH=str(token_path(LOCAL)))
+    env = {**RAY_START_DEADLINES, **os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN_PATH": str(token_path(LOCAL))}
     env.pop("RAY_AUTH_TOKEN", None)
-    log = open(dlrun_home() / "local_head.log", "ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True)
+    log_path = head_log()
+    with open(log_path, "ab") as log:
+        log_from = log.tell()
+        log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} dlrun starts a Ray head: {' '.join(cmd)}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True)
+        except OSError as e:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            raise ProvisionError(f"could not start the local Ray head ({ray_bin}: {e.strerror}); install Ray "
+                                 f"in dlrun's venv (make setup) or set {RAY_BIN_ENV}", cloud="local") from None
     head = LocalHead(dashboard_url=f"http://127.0.0.1:{dashboard_port}", gcs_address=f"127.0.0.1:{gcs_port}",
                      pgid=proc.pid, started_by_dlrun=True, metrics_port=metrics_port, started_at=time.time(),
                      temp_dir=temp_dir, token_path=str(token_path(LOCAL)))
     _record_path().write_text(json.dumps(asdict(head)))
     try:
-        wait_dashboard(head.dashboard_url, timeout, proc=proc, what="the local Ray head",
-                       log_hint=f"; see {dlrun_home() / 'local_head.log'}")
+        _wait_ready(head, timeout, proc, progress)
+    except HeadExited:
+        stop_local_head(head)
+        raise HeadExited(f"the local Ray head exited (code {proc.returncode}) before its Jobs API answered"
+                         f"{_why(log_path, log_from)}; see {log_path}", cloud="local") from None
     except BaseException:
         stop_local_head(head)
         raise
     return head
+
+
+def _why(log_path: Path, offset: int) -> str:
+    """`: <Ray's last error line>` of what this start wrote to the log, or ""."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    errors = [line.strip() for line in text.splitlines() if re.search(r"(Error|Exception)\b.*:", line)]
+    return f": {errors[-1][:300]}" if errors else ""
+
+
+def _wait_ready(head: LocalHead, timeout: float, proc: subprocess.Popen | None, progress: Progress | None) -> None:
+    """Until the head's Jobs API answers a request with the token dlrun will send."""
+    from infra.auth import LOCAL, bearer, read_token
+
+    headers = bearer(read_token(LOCAL)) if head.started_by_dlrun else {}
+    try:
+        wait_jobs_api(head.dashboard_url, timeout, headers, proc, what="the local Ray head",
+                      log_hint=f"; see {head_log()}", progress=progress)
+    except HeadExited:
+        raise
+    except ProvisionError as e:  # dlrun's own deadline, not Ray's
+        raise ProvisionError(f"{e.message} ({HEAD_START_ENV} gives a slow machine more time)",
+                             cloud="local") from None
 
 
 def stop_local_head(head: LocalHead | None = None, timeout: float = 6.0) -> bool:
@@ -256,12 +350,46 @@ def stop_local_head(head: LocalHead | None = None, timeout: float = 6.0) -> bool
         _wait_group(head.pgid, wait)
         if not _group_alive(head.pgid):
             break
+    ours = head.temp_dir and Path(head.temp_dir).name.startswith("dlrun-ray-")
+    if ours:
+        _kill_strays(str(head.temp_dir))
     rec = _record_path()
     if rec.exists() and json.loads(rec.read_text()).get("pgid") == head.pgid:
         rec.unlink()
-    if head.temp_dir and Path(head.temp_dir).name.startswith("dlrun-ray-"):
-        shutil.rmtree(head.temp_dir, ignore_errors=True)
+    if ours:
+        shutil.rmtree(str(head.temp_dir), ignore_errors=True)
     return True
+
+
+def _kill_strays(temp_dir: str) -> None:
+    """SIGKILL the processes of this head that left its process group (a Ray process that calls setsid):
+    every process of a head is started with its temp dir (or its session dir under it) on its command line."""
+    me = os.getpid()
+    for pid in _pids_mentioning(temp_dir):
+        if pid != me:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _pids_mentioning(path: str) -> list[int]:
+    """The processes with `path` or a path under it as (part of) an argument."""
+    needles = (path.encode() + b"/", path.encode() + b"\0")
+    found = []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if any(n in cmdline for n in needles):
+            found.append(pid)
+    return found
 
 
 def local_head_headers(address: str) -> dict[str, str]:

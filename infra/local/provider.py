@@ -12,7 +12,7 @@ import infra
 from infra.base import Cluster, ClusterRequest, Connection, Node, NodeState, Provider
 from infra.catalog import Offer
 from infra.local.gpus import local_offers
-from infra.local.head import check_explicit_head, dashboard_alive, ensure_local_head, recorded_head
+from infra.local.head import check_explicit_head, dashboard_alive, ensure_local_head, head_log, recorded_head
 
 
 class LocalProvider(Provider):
@@ -32,12 +32,13 @@ class LocalProvider(Provider):
         return local_offers()
 
     def launch(self, request: ClusterRequest) -> Cluster:
-        head = ensure_local_head()
+        head = ensure_local_head(progress=request.progress)
         return Cluster(cluster_id=request.cluster_id, provider="local", region="local", zone="local",
                        instance_type=request.offer.instance_type, spot=False, price_per_hour=0.0,
                        nodes=[Node(node_id="local", private_ip="127.0.0.1", is_head=True)],
                        job_id=request.job_id, launched_at=time.time(), head_address=head.dashboard_url,
                        extra={"started_by_dlrun": head.started_by_dlrun, "pgid": head.pgid,
+                              **({"head_log": str(head_log())} if head.started_by_dlrun else {}),
                               **({"notice": head.notice} if head.notice else {})})
 
     def connect(self, cluster: Cluster) -> Connection:

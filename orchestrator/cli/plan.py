@@ -52,7 +52,7 @@ def warm_profile(spec, stream=None) -> None:
             from orchestrator.planning.job_probe import PROBE_SECONDS, cached_probe, probe_job
 
             if cached_probe(spec) is None:
-                with profiling_notice(f"the job (a run of about {PROBE_SECONDS:.0f} s)", stream):
+                with profiling_notice(f"the job (until its rate is steady, {PROBE_SECONDS:.0f} s at most)", stream):
                     probe_job(spec)
         return
     from orchestrator.planning.isolated_profile import cached_in_workdir, measure_in_workdir

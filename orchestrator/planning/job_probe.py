@@ -6,11 +6,17 @@ DLRUN_CHECKPOINT_DIR. Its jobs.metrics lines say how far it got: `progress` (sha
 or epoch/epochs, or step/steps, and optionally samples_per_s; for a script that does not call
 jobs.metrics, jobs/tee.py writes such lines from what it prints (tqdm bars, Lightning's and the HF
 Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own lines win when it has any. The
-probe stops when the job ends, after PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its
-start may be slow), or once it has MIN_POINTS progress lines over MIN_SPAN_SECONDS and PROBE_MIN_SECONDS
-have passed; the run time is extrapolated from the progress rate (the time before the first line is the
-job's start, counted once). A job that ends by itself (exit 0) within the probe is timed to its end,
-progress or not. The result is cached by the job's command, env and workdir content. A job that fails
+probe stops when the job ends, once its rate is stable (the last STABLE_WINDOWS intervals of at least
+STABLE_WINDOW_S each agree within STABLE_TOLERANCE of their mean) and PROBE_MIN_SECONDS have passed, or at
+PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its start may be slow). The run time is the
+time so far plus what is left at the rate of those last intervals (the job's start and a slow first epoch
+are counted once); the slowest and fastest of them give the range. The CPU the job got meanwhile is
+measured (cpu_share.py): where its threads waited for a CPU (a machine busy with other work), the range
+reaches down to what the job would take alone; a rate that held steady (steady load: likely still there
+for the run) is planned as measured, one still changing at the cap (load that came and went) as the job
+alone would run. A job
+that ends by itself (exit 0) within the probe is timed to its end, progress or not. The result is cached by
+the job's command, env and workdir content. A job that fails
 during the probe, or reports nothing before PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
 """
 from __future__ import annotations
@@ -29,17 +35,21 @@ from dataclasses import asdict, dataclass, field
 
 from jobs.metrics import PROBE_ENV
 from orchestrator.errors import SpecError
+from orchestrator.planning import cpu_share
+from orchestrator.planning.cpu_share import CpuSample
 from orchestrator.paths import profiles_dir
 from orchestrator.planning.workdir import EXCLUDED_SUFFIXES, EXCLUDES, workdir_digest
 
-PROBE_SECONDS = 20.0
+PROBE_SECONDS = 40.0  # the cap once the job reports progress
 PROBE_MIN_SECONDS = 8.0
 # a job still starting (imports, data load) at PROBE_SECONDS is waited for, up to this, for its first line
 PROBE_MAX_SECONDS = 60.0
-MIN_POINTS = 3
-# ... spanning this long: a rate read over a second or two right after a slow start (imports) is noise
-MIN_SPAN_SECONDS = 5.0
-PROBE_VERSION = 2  # 2: `run:` commands under jobs/tee.py, a finished job timed without progress
+STABLE_WINDOW_S = 2.0  # the rate is read over intervals this long at least ...
+STABLE_WINDOWS = 3  # ... the last this many of them ...
+STABLE_TOLERANCE = 0.15  # ... agreeing within this share of their mean
+SAMPLE_S = 0.5  # how often the CPU the job got is sampled
+PROBE_VERSION = 3  # 2: `run:` commands under jobs/tee.py, a finished job timed without progress; 3: stable
+#                    rate, range and CPU share
 TAIL_LINES = 3  # of the job's output, in the error of a failed probe
 ASK_FOR_FIELDS = ("add `workload:` (model, input_shape, batch_size, dataset_size, epochs) or `reference:` "
                   "(accelerator, hours) to the job file, or call jobs.metrics.report(epoch=, epochs=) in it")
@@ -47,12 +57,19 @@ ASK_FOR_FIELDS = ("add `workload:` (model, input_shape, batch_size, dataset_size
 
 @dataclass
 class ProbeResult:
-    run_seconds: float  # the whole run on this machine, job start included
+    run_seconds: float  # the whole run on this machine, job start included (alone on it: corrected for load)
     probe_seconds: float  # how long the probe ran
     complete: bool  # the job finished within the probe
     points: list[tuple[float, float]] = field(default_factory=list)  # (seconds since start, share done)
     samples_per_s: float | None = None
     threads: int = 1
+    run_low: float = 0.0  # the range: the last intervals' fastest rate, corrected ...
+    run_high: float = 0.0  # ... and their slowest, uncorrected (if the machine stays as busy)
+    spread: float | None = None  # how far the last intervals' rates were from their mean (0.08: +/-8 %)
+    stable: bool = False  # the probe stopped because the rate was stable (not at its cap)
+    measured_seconds: float = 0.0  # the run as measured, before the correction for a busy machine
+    cpu: dict | None = None  # cpu_share.CpuUse over the rate's intervals: share, others, cores, wanted
+    busy: bool = False  # other processes used at least cpu_share.BUSY_OTHERS cores meanwhile
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -82,15 +99,61 @@ def share_done(payload: dict) -> float | None:
     return value if 0.0 < value <= 1.0 else None
 
 
-def extrapolate(points: list[tuple[float, float]]) -> float:
-    """Seconds for the whole run from (elapsed, share done) points: the rate between the first and the
-    last point, plus the time before the first point's work began (the job's start)."""
+def extrapolate(points: list[tuple[float, float]], rate: float | None = None) -> float:
+    """Seconds for the whole run from (elapsed, share done) points: the time so far plus what is left at
+    `rate` (share per second; default: the rate between the first and the last point)."""
     (t0, p0), (t1, p1) = points[0], points[-1]
-    if p1 <= p0 or t1 <= t0:
-        return t1 / p1
-    rate = (p1 - p0) / (t1 - t0)
-    start = max(0.0, t0 - p0 / rate)
-    return start + 1.0 / rate
+    if rate is None:
+        if p1 <= p0 or t1 <= t0:
+            return t1 / p1
+        rate = (p1 - p0) / (t1 - t0)
+    return t1 + (1.0 - p1) / rate
+
+
+def window_rates(points: list[tuple[float, float]], window_s: float = STABLE_WINDOW_S,
+                 count: int = STABLE_WINDOWS) -> list[tuple[float, float, float]]:
+    """The last `count` intervals (start, end, rate), each at least window_s long, back from the last point;
+    fewer where the points do not span them. The first point (the job's start is before it) begins none."""
+    out: list[tuple[float, float, float]] = []
+    end = len(points) - 1
+    i = end - 1
+    while i >= 1 and len(out) < count:
+        (ts, ps), (te, pe) = points[i], points[end]
+        if te - ts >= window_s:
+            if pe > ps:
+                out.append((ts, te, (pe - ps) / (te - ts)))
+            end = i
+        i -= 1
+    return out[::-1]
+
+
+def spread_of(rates: list[float]) -> float:
+    mean = sum(rates) / len(rates)
+    return max(abs(r - mean) for r in rates) / mean
+
+
+def probe_note(probe: ProbeResult) -> str:
+    """How the run time was found, for the plan's note: `ran to its end`, or the probe's length, how steady
+    its rate was, the range, and whether the machine was busy (and the estimate corrected for it)."""
+    if probe.complete:
+        return "ran to its end"
+    parts = [f"extrapolated from a {probe.probe_seconds:.0f} s probe"]
+    if probe.spread is not None:
+        steady = "steady" if probe.stable else "not steady yet at the probe's cap"
+        parts.append(f"its rate {steady} within +/-{probe.spread * 100:.0f} %")
+    if probe.run_high > probe.run_low > 0:
+        parts.append(f"range {probe.run_low:.0f}-{probe.run_high:.0f} s")
+    cpu = probe.cpu or {}
+    if probe.busy:
+        busy = f"the machine was busy (other processes used {cpu.get('others', 0):.1f} of {cpu.get('cores', 0)} cores"
+        if cpu.get("wanted", 0) > cpu.get("share", 0) * 1.05:
+            busy += f"; the job got {cpu.get('share', 0):.1f} of the {cpu.get('wanted', 0):.1f} it uses alone)"
+            busy += (f": planned as it ran, about {probe.run_low:.0f} s alone" if probe.stable
+                     else f": corrected from {probe.measured_seconds:.0f} s")
+        else:
+            busy += "), the job got the CPU it uses alone"
+        parts.append(busy)
+    return "; ".join(parts)
 
 
 def probe_key(spec) -> str:
@@ -144,13 +207,13 @@ def _probe_env(spec, tmp: str, cwd: str) -> dict[str, str]:
 
 def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds: float = PROBE_SECONDS,
               min_seconds: float = PROBE_MIN_SECONDS, max_seconds: float = PROBE_MAX_SECONDS) -> ProbeResult:
-    """Run `command` (a shell command) for `seconds` (up to `max_seconds` while it has reported no
-    progress yet), reading its progress lines."""
+    """Run `command` (a shell command) until its rate is stable (after min_seconds), at most `seconds` (up to
+    `max_seconds` while it has reported no progress yet), reading its progress lines."""
     start = time.monotonic()
     proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     assert proc.stdout is not None  # stdout=PIPE
-    out = _ProbeOutput()
+    out = _ProbeOutput(pgid=proc.pid, start=start)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     try:
@@ -171,26 +234,72 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
     if not out.points and not complete:
         raise SpecError(f"{name}: no workload or reference, and the job reported no progress in "
                         f"{elapsed:.0f} s of a probe run; {ASK_FOR_FIELDS}")
-    run = elapsed if complete else extrapolate(out.points)
-    return ProbeResult(run_seconds=run, probe_seconds=elapsed, complete=complete, points=out.points,
-                       samples_per_s=out.samples, threads=os.cpu_count() or 1)
+    if complete:
+        return ProbeResult(run_seconds=elapsed, probe_seconds=elapsed, complete=True, points=out.points,
+                           samples_per_s=out.samples, threads=os.cpu_count() or 1, run_low=elapsed,
+                           run_high=elapsed, measured_seconds=elapsed)
+    return _estimate(out, elapsed)
+
+
+def _estimate(out: _ProbeOutput, elapsed: float) -> ProbeResult:
+    """The run from the last intervals' rate, corrected for the CPU the job did not get on a busy machine."""
+    windows = window_rates(out.points)
+    rates = [r for _, _, r in windows]
+    if len(rates) >= 2:
+        mean = sum(rates) / len(rates)
+        run, fast, slow = (extrapolate(out.points, r) for r in (mean, max(rates), min(rates)))
+        spread = spread_of(rates)
+        since = windows[0][0]
+    else:  # too short for intervals: first to last point
+        run = fast = slow = extrapolate(out.points)
+        spread, since = None, out.points[0][0]
+    use = out.cpu_use(since)
+    slowdown = use.slowdown if use is not None else 1.0
+    # a rate that held steady says the load held steady too: it is likely still there for the run, which is
+    # then planned as measured (the range reaches down to the time alone); a rate still changing at the cap
+    # (load that came and went: another head starting) is planned as the job alone would run
+    planned = run if out.stable else run / slowdown
+    return ProbeResult(run_seconds=planned, probe_seconds=elapsed, complete=False, points=out.points,
+                       samples_per_s=out.samples, threads=os.cpu_count() or 1, run_low=fast / slowdown,
+                       run_high=slow, spread=spread, stable=out.stable, measured_seconds=run,
+                       cpu=use.to_json() if use is not None else None, busy=bool(use and use.busy))
 
 
 @dataclass
 class _ProbeOutput:
     """What the probe has read of the job's output: its progress points (seconds since start, share done),
-    its last samples/s, its last lines that were not progress, the half line not ended yet."""
+    its last samples/s, its last lines that were not progress, the half line not ended yet; and the CPU the
+    job's process group got (samples every SAMPLE_S)."""
+    pgid: int = 0
+    start: float = 0.0  # time.monotonic() at the job's start
     points: list[tuple[float, float]] = field(default_factory=list)
     samples: float | None = None
     tail: list[str] = field(default_factory=list)
     partial: bytes = b""
     eof: bool = False  # the job closed its output: it ended
+    stable: bool = False
+    cpu: list[CpuSample] = field(default_factory=list)
 
     def enough(self, elapsed: float, min_seconds: float) -> bool:
-        """MIN_POINTS progress points over a long enough span, and min_seconds passed."""
-        if len(self.points) < MIN_POINTS or elapsed < min_seconds:
+        """min_seconds passed and the last intervals' rates agree within STABLE_TOLERANCE."""
+        if elapsed < min_seconds:
             return False
-        return self.points[-1][0] - self.points[0][0] >= min(MIN_SPAN_SECONDS, min_seconds)
+        rates = [r for _, _, r in window_rates(self.points)]
+        self.stable = len(rates) == STABLE_WINDOWS and spread_of(rates) <= STABLE_TOLERANCE
+        return self.stable
+
+    def sample_cpu(self, now: float) -> None:
+        if self.pgid and (not self.cpu or now - self.cpu[-1].wall >= SAMPLE_S):
+            taken = cpu_share.sample(self.pgid)
+            if taken is not None:
+                self.cpu.append(taken)
+
+    def cpu_use(self, since: float) -> cpu_share.CpuUse | None:
+        """What the job got from `since` (seconds after its start) to the last sample."""
+        window = [c for c in self.cpu if c.wall - self.start >= since]
+        if len(window) < 2:
+            return None
+        return cpu_share.use_between(window[0], window[-1])
 
     def feed(self, chunk: bytes, now: float) -> None:
         *lines, self.partial = (self.partial + chunk).split(b"\n")
@@ -228,7 +337,8 @@ def _read_until_enough(sel: selectors.BaseSelector, fd: int, out: _ProbeOutput, 
         limit = seconds if out.points else max_seconds
         if elapsed >= limit or out.enough(elapsed, min_seconds):
             return
-        if not sel.select(timeout=min(0.5, limit - elapsed)):
+        out.sample_cpu(time.monotonic())
+        if not sel.select(timeout=min(SAMPLE_S, limit - elapsed)):
             continue
         chunk = os.read(fd, 65536)
         if not chunk:

@@ -171,10 +171,11 @@ def profile_for(spec):
 
 def probed_profile(probe):
     """A measured local run as a profile: exact on this CPU, scaled like a reference elsewhere."""
-    how = "ran to its end" if probe.complete else f"extrapolated from a {probe.probe_seconds:.0f} s probe"
+    from orchestrator.planning.job_probe import probe_note
+
     prof = reference_profile("cpu", probe.run_seconds / 3600.0,
                              note=f"measured by running the job here: {probe.run_seconds:.1f} s on this CPU "
-                                  f"({how}); other backends scaled from it, memory fit not checked")
+                                  f"({probe_note(probe)}); other backends scaled from it, memory fit not checked")
     prof.local_step_seconds = {"cpu": probe.run_seconds / prof.total_steps}
     prof.local_threads = probe.threads
     prof.source = "probe"

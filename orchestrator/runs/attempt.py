@@ -79,7 +79,7 @@ def run_attempt(ctx: AttemptContext, cand: Candidate, get_provider: GetProvider)
                                                        **watchdog_limits(spec), **boot_settings(spec, offer)),
                              image=spec.resources.image, owner=owner_identity(),
                              storage=checkpoint if "://" in checkpoint else "",
-                             data_read=data_read, data_uploads=uploads)
+                             data_read=data_read, data_uploads=uploads, progress=ctx.display.message)
     cluster = None
     try:
         cluster = provider.launch(request)

@@ -17,7 +17,7 @@ from orchestrator.settings import env_float
 from orchestrator.states import Ending, JobStatus, RayJobStatus
 
 if TYPE_CHECKING:
-    from infra.base import Cluster, Connection, Provider
+    from infra.base import Cluster, Connection, Provider, ProviderError
     from orchestrator.runs.context import AttemptContext
     from orchestrator.runs.ray_jobs import JobsClient
     from orchestrator.state.db import Store
@@ -64,7 +64,9 @@ class ClusterRun:
                                                                                       self.connection.headers)
         if submission is not None:
             self.submission_id = submission["submission_id"]
-            jobs.submit(**submission)
+            refused = _submit(jobs, submission, address, self.cluster)
+            if refused is not None:
+                return Outcome.not_ready(refused)
             store.mark_submitted(job_id, submission["submission_id"], address)
         else:
             store.set_ray_address(job_id, address)
@@ -131,6 +133,28 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _submit(jobs: JobsClient, submission: dict, address: str, cluster: Cluster) -> ProviderError | None:
+    """Submit the job (the client retries while the head is not ready yet). A head that never took it is a
+    failed boot (NOT_READY: the next candidate); a refused token is a credentials error; any other refusal
+    (Ray's 400 to a bad request) fails the job in one line."""
+    from infra.base import CredentialsError, ProvisionError
+    from orchestrator.errors import JobFailedError
+    from orchestrator.runs.ray_jobs import JobsApiError, not_ready_yet
+
+    try:
+        jobs.submit(**submission)
+        return None
+    except JobsApiError as e:
+        log = cluster.extra.get("head_log")
+        hint = f"; see {log}" if log else ""
+        if e.status in (401, 403):
+            return CredentialsError(f"{e}{hint}", cloud=cluster.provider)
+        if not_ready_yet(e):
+            return ProvisionError(f"the Ray head at {address} did not take the job ({e}){hint}",
+                                  cloud=cluster.provider)
+        raise JobFailedError(f"the Ray head at {address} refused the job: {e}{hint}") from None
 
 
 def _ray_jobs(address: str, headers: dict[str, str]) -> JobsClient:

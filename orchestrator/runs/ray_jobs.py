@@ -8,6 +8,7 @@ that the head does not hold yet goes through Ray's own packaging code (packages.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -20,11 +21,24 @@ from orchestrator.states import RayJobStatus
 
 
 class JobsApiError(RuntimeError):
-    """The head answered with an error (status and Ray's text), or did not answer."""
+    """The head answered with an error (status and Ray's text), or did not answer (status None)."""
 
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status
+
+
+SUBMIT_READY_WAIT_S = 120.0  # how long a submission is retried while the head says it is not ready yet
+# what a head that has just come up answers while it is not ready: nothing (a port not bound yet, a connection
+# closed or reset while its dashboard starts), a proxy's 502/503/504, or Ray's 500 before its job agent
+# registered (ray/dashboard/modules/job/job_head.py submit_job)
+NOT_READY_STATUSES = (502, 503, 504)
+NOT_READY_TEXT = "No available agent"
+
+
+def not_ready_yet(e: JobsApiError) -> bool:
+    """The head refused or did not answer because it is still starting: asking again later may succeed."""
+    return e.status is None or e.status in NOT_READY_STATUSES or NOT_READY_TEXT in str(e)
 
 
 @dataclass
@@ -84,6 +98,19 @@ class JobsClient(Protocol):
 
     def stop(self, submission_id: str) -> bool:
         ...
+
+
+_ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Exit)\b")
+
+
+def _gist(text: str) -> str:
+    """Ray's error text in short: of a Python traceback (Ray's 400/500 answers carry one, the head's around
+    its job agent's), the last exception's line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("Traceback"):
+        errors = [line for line in lines if _ERROR_LINE.match(line)]
+        return (errors or lines)[-1][:500]
+    return text[:500]
 
 
 def _default_headers(address: str) -> dict[str, str]:
@@ -146,7 +173,7 @@ class RayJobs:
                 had = "its token was refused" if "Authorization" in self.headers else \
                     "it wants a token (RAY_AUTH_MODE=token with RAY_AUTH_TOKEN)"
                 raise JobsApiError(f"the Ray head at {self.address} answered {status}: {had}", status) from None
-            raise JobsApiError(f"Ray Jobs API {method} {path}: {status} {text[:500]}", status) from None
+            raise JobsApiError(f"Ray Jobs API {method} {path}: {status} {_gist(text)}", status) from None
         except (urllib.error.URLError, OSError) as e:
             reason = e.reason if isinstance(e, urllib.error.URLError) else e
             raise JobsApiError(f"no answer from the Ray head at {self.address}: {reason}") from None
@@ -157,8 +184,10 @@ class RayJobs:
     # --- the API -----------------------------------------------------------------------------------
     def submit(self, *, entrypoint: str, submission_id: str, runtime_env: dict, metadata: dict,
                entrypoint_num_gpus: float | None = None, entrypoint_num_cpus: float | None = None,
-               entrypoint_resources: dict | None = None, agent_wait_s: float = 120.0, log=None) -> str:
-        """Upload what the runtime_env ships (unless the head holds it already), then submit.
+               entrypoint_resources: dict | None = None, ready_wait_s: float = SUBMIT_READY_WAIT_S,
+               log=None) -> str:
+        """Upload what the runtime_env ships (unless the head holds it already), then submit; a head that
+        refuses because it is not ready yet (not_ready_yet) is asked again for up to ready_wait_s.
         log(line): where Ray's own messages about packages go (the job's log file), never the terminal."""
         if log is None and metadata.get("dlrun_job_id"):
             log = _append_line(metadata["dlrun_job_id"])
@@ -172,14 +201,17 @@ class RayJobs:
                                       entrypoint_num_cpus=entrypoint_num_cpus,
                                       entrypoint_resources=entrypoint_resources).items()
                 if v is not None}
-        deadline = time.monotonic() + agent_wait_s
+        deadline = time.monotonic() + ready_wait_s
+        retried = False
         while True:
             try:
                 return self._json("POST", "/api/jobs/", json_body=body)["submission_id"]
             except JobsApiError as e:
-                # a head that has just come up answers before its job agent is ready
-                if "No available agent" not in str(e) or time.monotonic() > deadline:
+                if retried and "already exists" in str(e):
+                    return submission_id  # an earlier try's POST was taken, its answer lost
+                if not not_ready_yet(e) or time.monotonic() > deadline:
                     raise
+                retried = True
                 time.sleep(1.0)
 
     def info(self, submission_id: str) -> JobInfo:

@@ -157,3 +157,40 @@ def test_a_slow_start_is_waited_for_and_silence_is_bounded(tmp_path):
     with pytest.raises(SpecError, match=r"reported no progress in \d+ s of a probe run"):
         probe("python train.py", "import time\ntime.sleep(60)\n")
     assert time.monotonic() - t0 < 12
+
+
+# nested tqdm bars (trange outside, leave=False inside) over fixed CPU work: about 16 s on a quiet core
+NESTED_CPU = """
+import sys
+from tqdm import tqdm, trange
+for epoch in trange(int(sys.argv[1]), desc="training"):
+    for i in tqdm(range(50), desc="batches", leave=False):
+        sum(range(int(sys.argv[2])))
+"""
+
+
+def test_a_probe_beside_a_cpu_hog_estimates_the_run_beside_it(tmp_path):
+    """One process spinning beside the job, during the probe and the run: the probe reads the nested bars,
+    stops once its rate is steady, and its estimate is within +/-25 % of the job's own run, timed to its end
+    the same way on the same machine."""
+    from orchestrator.planning.job_probe import _probe_env, probe_note
+    from orchestrator.runs.entrypoint import entrypoint
+
+    spec = load_job(job_file(tmp_path, "python train.py 60 350000", NESTED_CPU))
+    command, env = entrypoint(spec, local=True, workers=1), _probe_env(spec, str(tmp_path), spec.workdir)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        probe = run_probe(spec.name, command, cwd=spec.workdir, env=env)
+        env.pop("DLRUN_PROBE")
+        t0 = time.monotonic()
+        subprocess.run(command, shell=True, cwd=spec.workdir, env=env, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=300)
+        run = time.monotonic() - t0
+    finally:
+        hog.kill()
+        hog.wait()
+    note = probe_note(probe)
+    assert not probe.complete and probe.probe_seconds < run, note
+    assert probe.cpu is not None and probe.cpu["others"] >= 0.5 and probe.busy and "the machine was busy" in note
+    assert 0.75 <= probe.run_seconds / run <= 1.25, f"estimate {probe.run_seconds:.1f} s, run {run:.1f} s: {note}"
+    assert probe.run_low <= probe.run_seconds <= probe.run_high

@@ -3,6 +3,7 @@ Hugging Face Trainer), captured here by running tiny scripts with them, not imit
 jobs/tee.py, which runs a command, passes its output on unchanged and adds what it read."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,37 @@ def test_a_script_s_own_jobs_metrics_lines_win_and_its_exit_code_is_kept(tmp_pat
     assert r.returncode == 3
     metric_lines = [json.loads(line.split(" ", 1)[1]) for line in terminal_lines(r.stdout) if "DLRUN_METRIC" in line]
     assert metric_lines[-1] == {"epoch": 1, "epochs": 2, "loss": 0.5}  # nothing added after the script's own
+
+
+NESTED = """
+import sys, time
+from tqdm import tqdm, trange
+epochs, batches = int(sys.argv[1]), int(sys.argv[2])
+for epoch in trange(epochs, desc="training"):
+    for i in tqdm(range(batches), desc="batches", leave=False, mininterval=0):
+        time.sleep(0.002)
+"""
+
+
+@pytest.mark.parametrize("epochs,batches", [(6, 40), (40, 6)], ids=["inner-longer", "outer-longer"])
+def test_nested_bars_the_outer_is_the_run_and_each_inner_round_one_step(tmp_path, epochs, batches):
+    """trange outside, tqdm(leave=False) inside, as tqdm draws them into a pipe: the inner bar after a newline
+    with a cursor-up escape, cleared when it closes, started again at 0 for each epoch; whichever total is
+    larger, the share is the outer bar's with the inner's round inside it, and it never goes back."""
+    out = output_of(NESTED, tmp_path, str(epochs), str(batches))
+    assert "\x1b[A" in out  # the cursor movement a terminal would follow
+    reader = ProgressReader()
+    seen, at_outer = [], []
+    for chunk in out.split("\r"):  # as the wrapper gets it: piece by piece
+        reader.feed(chunk + "\r")
+        if reader.share is not None:
+            seen.append(reader.share)
+        outer = re.search(r"training:.*\| (\d+)/\d+ \[", chunk)
+        if outer:  # the outer bar drawn again: that many epochs done, the next inner round not begun
+            at_outer.append((reader.share, int(outer[1]) / epochs))
+    reader.flush()
+    assert seen == sorted(seen) and seen[-1] == 1.0
+    assert len(set(seen)) > len(at_outer)  # steps inside an epoch count, not only whole epochs
+    assert len(at_outer) >= 2 and all(share == pytest.approx(done) for share, done in at_outer)
+    snap = reader.snapshot()
+    assert (snap["step"], snap["steps"]) == (epochs, epochs)

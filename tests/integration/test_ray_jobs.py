@@ -12,13 +12,28 @@ from orchestrator.runs import packages
 from orchestrator.runs.ray_jobs import JobsApiError, RayJobs
 
 
+# Ray 2.60's job head answers a second POST of one submission_id with its own traceback around its job
+# agent's (ray/dashboard/modules/job/job_head.py submit_job, job_agent.py, job_manager.py submit_job)
+DUPLICATE = ("Traceback (most recent call last):\n  File \"job_head.py\", line 421, in submit_job\n"
+             "RuntimeError: Request failed with status code 400: Traceback (most recent call last):\n"
+             "  File \"job_manager.py\", line 553, in submit_job\nValueError: Job with submission_id {} already "
+             "exists. Please use a different submission_id.\n.")
+
+
 class FakeHead:
-    """Answers like Ray's job head: /api/jobs/ (POST), /api/jobs/{id} (GET), .../stop, /api/packages/..."""
+    """Answers like Ray's job head: /api/jobs/ (POST), /api/jobs/{id} (GET), .../stop, /api/packages/...
+    A POST of a submission_id it holds is refused as Ray refuses it (DUPLICATE, 500).
+    `refusals`: how the next POSTs to /api/jobs/ are refused while the head starts, one each: "agent" (Ray's
+    500 "No available agent ..." before the job agent registered), "closed" (the connection closed without
+    an answer, as aiohttp does while the dashboard starts or restarts: "Remote end closed connection without
+    response"), "503" (a proxy in front of a head not up yet), "taken" (the job is taken but the answer is
+    lost: closed before it is sent). Not reproduced: the job running."""
 
     def __init__(self):
         self.requests: list[tuple[str, str, dict, bytes]] = []
         self.packages: set[str] = set()
-        self.agent_ready_after = 0  # POSTs answered "No available agent" first
+        self.refusals: list[str] = []
+        self.jobs: set[str] = set()
         head = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -48,10 +63,11 @@ class FakeHead:
             def do_POST(self):
                 body = self._record()
                 if self.path == "/api/jobs/":
-                    if head.agent_ready_after > 0:
-                        head.agent_ready_after -= 1
-                        return self._answer(500, "No available agent to submit job, please try again later.")
-                    return self._answer(200, {"submission_id": json.loads(body)["submission_id"], "job_id": None})
+                    answer = head.submission(json.loads(body)["submission_id"])
+                    if answer is None:
+                        self.close_connection = True  # no status line: the client reads an empty answer
+                        return
+                    return self._answer(*answer)
                 if self.path.endswith("/stop"):
                     return self._answer(200, {"stopped": True})
                 return self._answer(404, "")
@@ -62,6 +78,21 @@ class FakeHead:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def submission(self, sid: str) -> tuple[int, object] | None:
+        """The answer to a POST of `sid` (status, body), or None: the connection closed without one."""
+        refusal = self.refusals.pop(0) if self.refusals else ""
+        if refusal == "agent":
+            return 500, "No available agent to submit job, please try again later."
+        if refusal == "503":
+            return 503, "Service Unavailable"
+        if refusal in ("closed", "taken"):
+            self.jobs |= {sid} if refusal == "taken" else set()
+            return None
+        if sid in self.jobs:
+            return 500, DUPLICATE.format(sid)
+        self.jobs.add(sid)
+        return 200, {"submission_id": sid, "job_id": None}
 
 
 @pytest.fixture
@@ -136,11 +167,38 @@ def test_a_changed_file_or_a_head_without_the_package_builds_it_again(head, work
     assert len(built) == 3
 
 
-def test_a_fresh_head_without_a_job_agent_is_retried(head, monkeypatch):
+def posts(head) -> list[str]:
+    return [json.loads(b)["submission_id"] for m, p, _, b in head.requests if m == "POST" and p == "/api/jobs/"]
+
+
+def test_a_head_that_refuses_while_it_starts_is_asked_again(head, monkeypatch):
     monkeypatch.setattr("time.sleep", lambda s: None)
-    head.agent_ready_after = 2
+    head.refusals = ["closed", "agent", "503", "agent"]
     assert RayJobs(head.url, headers={}).submit(entrypoint="x", submission_id="s-3", runtime_env={},
                                                metadata={}) == "s-3"
+    assert posts(head) == ["s-3"] * 5 and head.jobs == {"s-3"}
+
+
+def test_a_job_taken_whose_answer_was_lost_is_not_submitted_twice(head, monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    head.refusals = ["taken"]
+    assert RayJobs(head.url, headers={}).submit(entrypoint="x", submission_id="s-4", runtime_env={},
+                                               metadata={}) == "s-4"
+    assert posts(head) == ["s-4", "s-4"] and head.jobs == {"s-4"}
+
+
+def test_a_duplicate_on_the_first_try_is_an_error_with_rays_reason(head):
+    head.jobs.add("s-5")
+    with pytest.raises(JobsApiError, match=r"500 ValueError: Job with submission_id s-5 already exists"):
+        RayJobs(head.url, headers={}).submit(entrypoint="x", submission_id="s-5", runtime_env={}, metadata={})
+
+
+def test_a_head_that_never_gets_ready_is_an_error_after_the_wait(head):
+    head.refusals = ["closed"] * 100
+    with pytest.raises(JobsApiError, match="no answer from the Ray head") as e:
+        RayJobs(head.url, headers={}).submit(entrypoint="x", submission_id="s-6", runtime_env={}, metadata={},
+                                             ready_wait_s=1.5)
+    assert e.value.status is None and 2 <= len(posts(head)) <= 4
 
 
 def test_a_head_wanting_a_token_says_so(monkeypatch, tmp_path):

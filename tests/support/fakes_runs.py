@@ -234,10 +234,15 @@ class FakeJobs:
 
     As Ray's Jobs API (ray_jobs.RayJobs): start_time/end_time in ms, set when the job runs/ends; a job
     that failed has driver_exit_code `exit_code`; stop() of any job answers True.
-    Not reproduced: package uploads, the agent-not-ready retry of submit, 401/403 answers."""
+    `submit_error`: what submit() raises instead, as RayJobs.submit raises once its own retries of a head
+    that is not ready yet ran out (a JobsApiError without status: no answer) or at once (Ray's 400).
+    Not reproduced: package uploads, the not-ready retries themselves (tests/integration/test_ray_jobs.py
+    runs the real client against a head that refuses), 401/403 answers."""
 
-    def __init__(self, address: str, script, clock: FakeClock, dt: float = 60.0, on_status=None):
+    def __init__(self, address: str, script, clock: FakeClock, dt: float = 60.0, on_status=None,
+                 submit_error: BaseException | None = None):
         self.address = address
+        self.submit_error = submit_error
         self.script = list(script)
         self.clock, self.dt = clock, dt
         self.on_status = on_status  # called with (self, poll number) after each status()
@@ -255,6 +260,8 @@ class FakeJobs:
         self.last = RayJobStatus.PENDING  # the status the last status() call answered
 
     def submit(self, **kw) -> str:
+        if self.submit_error is not None:
+            raise self.submit_error
         self.submitted.append(kw)
         return kw["submission_id"]
 
@@ -343,16 +350,20 @@ class RawLogJobs(FakeJobs):
 
 class JobsFactory:
     """execute's jobs_client: one FakeJobs per attempt, each with the next script (then the last).
-    dt: seconds between two polls, or a list of them, one per attempt (then the last)."""
+    dt: seconds between two polls, or a list of them, one per attempt (then the last).
+    submit_errors: what each attempt's submit() raises, in turn (then none)."""
 
-    def __init__(self, clock: FakeClock, *scripts, dt: float = 60.0, on_status=None):
+    def __init__(self, clock: FakeClock, *scripts, dt: float = 60.0, on_status=None,
+                 submit_errors: tuple[BaseException, ...] = ()):
         self.clock, self.scripts, self.dt, self.on_status = clock, list(scripts), dt, on_status
+        self.submit_errors = list(submit_errors)
         self.clients: list[FakeJobs] = []
 
     def __call__(self, address: str) -> FakeJobs:
         script = self.scripts[min(len(self.clients), len(self.scripts) - 1)]
         dts = self.dt if isinstance(self.dt, (list, tuple)) else [self.dt]
         dt = dts[min(len(self.clients), len(dts) - 1)]
-        client = FakeJobs(address, script, self.clock, dt, self.on_status)
+        error = self.submit_errors[len(self.clients)] if len(self.clients) < len(self.submit_errors) else None
+        client = FakeJobs(address, script, self.clock, dt, self.on_status, submit_error=error)
         self.clients.append(client)
         return client

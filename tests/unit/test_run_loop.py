@@ -10,11 +10,12 @@ from __future__ import annotations
 import pytest
 
 from infra.base import CapacityError, CredentialsError, ProvisionError, QuotaError, QuotaScope
-from orchestrator.errors import (EXIT_CREDENTIALS, EXIT_PROVISIONING, CloudCredentialsError,
+from orchestrator.errors import (EXIT_CREDENTIALS, EXIT_PROVISIONING, CloudCredentialsError, JobFailedError,
                                  ProvisioningFailedError)
 from orchestrator.paths import job_log_path
 from orchestrator.planning.spec import parse_job
 from orchestrator.runs.executor import make_plan
+from orchestrator.runs.ray_jobs import JobsApiError
 from tests.support.fakes_runs import FakeBackend, JobsFactory, Leak, RecordingDisplay
 from tests.support.run_loop import (
     AWS_JOB, HEAD_SILENT, SUCCESS, assert_nothing_left, events, new_job, price, run, statuses)
@@ -345,4 +346,37 @@ def test_cluster_whose_head_never_answers_fails_over(store, clock):
     p1, p2 = price(plan.chosen), r2.offer.hourly(r2.spot)
     assert store.get_job(job_id).actual_cost == pytest.approx((200 * p1 + (200 + 4 * 60) * p2) / 3600,
                                                                  abs=(p1 + p2) / 3600)
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_a_head_that_never_took_the_job_fails_over_in_one_line(store, clock):
+    """A submission the head kept refusing while it was not ready (the client's retries ran out: no answer)
+    is a failed boot, never an internal error: that cluster is torn down, the next candidate runs the job."""
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws", clock=clock, launch_seconds=200)
+    silent = JobsApiError("no answer from the Ray head at http://127.0.0.1:8265: Remote end closed connection "
+                          "without response")
+    jobs = JobsFactory(clock, SUCCESS, dt=60, submit_errors=(silent,))
+
+    res = run(job_id, store, plan, [aws], jobs, clock)
+
+    assert res.status == "SUCCEEDED"
+    r1, r2 = aws.requests
+    assert r2.offer.key != r1.offer.key and aws.terminated == [r1.cluster_id, r2.cluster_id]
+    [failed] = events(store, job_id, "provision_failed")
+    assert failed["offer"] == r1.offer.key and "did not take the job" in failed["error"]
+    assert "Remote end closed connection" in failed["error"]
+    assert_nothing_left(store, job_id, aws)
+
+
+def test_a_submission_the_head_refuses_fails_the_job_in_one_line(store, clock):
+    """Ray's 400 (a request it will never take) is the job's error with Ray's reason, not a failover."""
+    _, plan, job_id = new_job(store)
+    aws = FakeBackend("aws", clock=clock, launch_seconds=200)
+    refused = JobsApiError("Ray Jobs API POST /api/jobs/: 400 ValueError: bad runtime_env", status=400)
+
+    with pytest.raises(JobFailedError, match="refused the job: .*bad runtime_env"):
+        run(job_id, store, plan, [aws], JobsFactory(clock, SUCCESS, dt=60, submit_errors=(refused,)), clock)
+
+    assert len(aws.requests) == 1
     assert_nothing_left(store, job_id, aws)
