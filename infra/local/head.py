@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from infra.base import CredentialsError, ProvisionError
+from infra.local.process_groups import group_alive, kill_strays, wait_group
 from infra.paths import dlrun_home
 from infra.reach import (RAY_NODE_PORT_FLAGS, HeadExited, ask_head, dashboard_alive, free_port,  # noqa: F401
                          free_port_flags, free_ports, port_free, wait_dashboard, wait_jobs_api)
@@ -93,45 +94,6 @@ def _record_path() -> Path:
     return dlrun_home() / "local_head.json"
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-def _group_size(pgid: int) -> int | None:
-    """How many live (not zombie) processes the group has (None where /proc cannot say)."""
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return None
-    count = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()  # after "(comm)": state, ppid, pgrp, ...
-        except OSError:
-            continue
-        count += fields[0] != "Z" and int(fields[2]) == pgid  # a zombie is dead: its parent only has to reap it
-    return count
-
-
-def _wait_group(pgid: int, wait: float) -> None:
-    """Until the group is gone, or `wait` has passed. Ray's processes leave SIGTERM in a second or two,
-    then stay zombies until reaped: the `ray start` leader by this process when it started the head
-    (reaped here: else the wait ran into the SIGKILL and its 5 s), the rest by init."""
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and _group_alive(pgid):
-        if _group_size(pgid) == 0:
-            try:
-                os.waitpid(pgid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-        time.sleep(0.1)
-
-
 def recorded_head() -> LocalHead | None:
     """The head dlrun started earlier, if it is still up."""
     p = _record_path()
@@ -142,9 +104,9 @@ def recorded_head() -> LocalHead | None:
     except (ValueError, TypeError):
         p.unlink(missing_ok=True)
         return None
-    if head.pgid and _group_alive(head.pgid) and dashboard_alive(head.dashboard_url):
+    if head.pgid and group_alive(head.pgid) and dashboard_alive(head.dashboard_url):
         return head
-    if head.pgid and _group_alive(head.pgid):
+    if head.pgid and group_alive(head.pgid):
         return head  # still starting up or busy; let the caller wait for it
     p.unlink(missing_ok=True)
     return None
@@ -347,49 +309,18 @@ def stop_local_head(head: LocalHead | None = None, timeout: float = 6.0) -> bool
             os.killpg(head.pgid, sig)
         except ProcessLookupError:
             break
-        _wait_group(head.pgid, wait)
-        if not _group_alive(head.pgid):
+        wait_group(head.pgid, wait)
+        if not group_alive(head.pgid):
             break
     ours = head.temp_dir and Path(head.temp_dir).name.startswith("dlrun-ray-")
     if ours:
-        _kill_strays(str(head.temp_dir))
+        kill_strays(str(head.temp_dir))
     rec = _record_path()
     if rec.exists() and json.loads(rec.read_text()).get("pgid") == head.pgid:
         rec.unlink()
     if ours:
         shutil.rmtree(str(head.temp_dir), ignore_errors=True)
     return True
-
-
-def _kill_strays(temp_dir: str) -> None:
-    """SIGKILL the processes of this head that left its process group (a Ray process that calls setsid):
-    every process of a head is started with its temp dir (or its session dir under it) on its command line."""
-    me = os.getpid()
-    for pid in _pids_mentioning(temp_dir):
-        if pid != me:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
-def _pids_mentioning(path: str) -> list[int]:
-    """The processes with `path` or a path under it as (part of) an argument."""
-    needles = (path.encode() + b"/", path.encode() + b"\0")
-    found = []
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        if any(n in cmdline for n in needles):
-            found.append(pid)
-    return found
 
 
 def local_head_headers(address: str) -> dict[str, str]:
