@@ -1,0 +1,44 @@
+"""`dlrun estimate` through click's CliRunner: GPUs of the table whether or not offered, the JSON, the mistakes."""
+import json
+
+import pytest
+
+from orchestrator.cli import estimate as cli_estimate
+from tests.support.cli import invoke, job_file
+
+LSTM = {"model": "tests.support.models:TinyLSTM", "input_shape": [16], "input_dtype": "long", "batch_size": 8,
+        "dataset_size": 80, "epochs": 2}
+KEYS = {"gpu", "count", "step_seconds", "samples_per_second", "run_seconds", "basis", "low", "high", "detail"}
+
+
+@pytest.fixture(autouse=True)
+def cpu_only_machine(monkeypatch):
+    monkeypatch.setenv("DLRUN_LOCAL_GPUS", "none")
+
+
+def test_any_gpu_of_the_table_with_its_basis_and_range_as_json(tmp_path):
+    path = job_file(tmp_path, workload=LSTM, resources={"clouds": ["aws"]})
+    code, result = invoke(cli_estimate.estimate_command, [path, "--gpu", "RTX4090", "--gpu", "h100:8", "--json"])
+    assert code == 0, result.output
+    rows = json.loads(result.stdout[result.stdout.index("["):])
+    assert [(r["gpu"], r["count"]) for r in rows] == [("RTX4090", 1), ("H100", 8)]  # no AWS offer has a 4090
+    for r in rows:
+        assert set(r) == KEYS and r["basis"] == "roofline"
+        assert r["low"] < r["step_seconds"] < r["high"]
+        assert r["samples_per_second"] == pytest.approx(8 / r["step_seconds"])
+        assert r["run_seconds"] > r["step_seconds"] * 20  # two epochs of ten steps, plus the process's start
+
+
+def test_by_default_the_gpus_the_jobs_offers_have(tmp_path):
+    path = job_file(tmp_path, workload=LSTM, resources={"clouds": ["gcp"], "accelerators": "T4:1"})
+    code, result = invoke(cli_estimate.estimate_command, [path])
+    assert code == 0, result.output
+    assert "T4" in result.output and "roofline" in result.output and "H100" not in result.output
+
+
+@pytest.mark.parametrize("gpu, says", [("H1OO", "unknown GPU 'H1OO'; did you mean H100?"),
+                                       ("T4:0", "COUNT must be a whole number of GPUs")])
+def test_a_mistyped_gpu_is_one_line_and_exit_2_before_profiling(tmp_path, gpu, says):
+    path = job_file(tmp_path, workload={**LSTM, "model": "tests.support.models:NoSuchModel"})
+    code, result = invoke(cli_estimate.estimate_command, [path, "--gpu", gpu])
+    assert code == 2 and says in str(result.exception)
