@@ -278,7 +278,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             why = market_reason or (est.why_not if not est.fits else None) or no_bucket
             market_reason = market_reason or no_bucket
             if why is None and max_cost is not None and est.cost_high > max_cost:  # the range's high end
-                why = f"est. ${est.cost:.2f} (up to ${est.cost_high:.2f}) > budget ${max_cost:.2f}"
+                why = f"est. ${est.cost_high:.2f} > budget ${max_cost:.2f}"  # the high end (the "up to" column)
             if why is None and deadline is not None and est.total_seconds > deadline:
                 why = f"est. {est.hours:.2f} h > deadline {deadline / 3600:.2f} h"
             candidates.append(Candidate(offer, spot, est, eligible=market_reason is None, feasible=why is None,

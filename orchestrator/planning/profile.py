@@ -93,7 +93,7 @@ def cached_profile(workload, *, measure_local: bool = True, path=None) -> Worklo
         cached = WorkloadProfile.from_json(json.loads(path.read_text()))
     except (ValueError, TypeError, KeyError):
         return None
-    if cached.local_step_seconds or not measure_local or cached.note == TOO_BIG_NOTE:
+    if cached.local_step_seconds or not measure_local or TOO_BIG_NOTE in cached.note:
         return cached
     return None
 
@@ -136,7 +136,7 @@ def _profile_now(workload, measure_local: bool) -> WorkloadProfile:
             prof.local_step_seconds["cpu"] = measure_local_step_robust(workload, "cpu")
             prof.local_threads = LOCAL_CPU_THREADS
         else:
-            prof.note = prof.note or TOO_BIG_NOTE
+            prof.note = "; ".join(n for n in (prof.note, TOO_BIG_NOTE) if n)
     return prof
 
 

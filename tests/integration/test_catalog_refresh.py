@@ -2,6 +2,7 @@
 types with GpuInfo, offerings; a seeded spot history), the fake Service Quotas / Price List server, the fake
 Compute Engine (regions, machine and accelerator types, quotas) and the fake Cloud Billing Catalog."""
 import json
+import shutil
 import time
 
 import boto3
@@ -10,6 +11,7 @@ import yaml
 from click.testing import CliRunner
 from moto import mock_aws
 
+from configs import CATALOG_DIR
 from infra.catalog import load_offers
 from infra.refresh import cache
 from orchestrator.cli import plan as cli_plan
@@ -187,12 +189,19 @@ def test_billing_skus_are_read_as_google_writes_them():
     assert "units" not in skus[0]["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"]
 
 
-def test_a_new_aws_gpu_is_planned_once_its_datasheet_is_known_and_listed_with_the_reason_until_then(world, tmp_path):
+def test_a_new_aws_gpu_is_planned_once_its_datasheet_is_known_and_listed_with_the_reason_until_then(
+        world, tmp_path, monkeypatch):
     world["aws"].set_quota("us-east-1", "L-DB2E81BA", 64)
     world["aws"].set_quota("us-east-1", "L-417A185B", 384)
     assert refresh("--cloud", "aws")[0] == 0
     path = tmp_path / "job.yaml"
     for gpu, expect in (("L40S:1", "g6e."), (None, None)):
+        if expect is None:  # a GPU table from before the B200's datasheet row (DLRUN_CATALOG_DIR)
+            older = tmp_path / "catalog"
+            shutil.copytree(CATALOG_DIR, older)
+            rows = (older / "gpus.csv").read_text().splitlines(keepends=True)
+            (older / "gpus.csv").write_text("".join(r for r in rows if not r.startswith("B200,")))
+            monkeypatch.setenv("DLRUN_CATALOG_DIR", str(older))
         wish = {"accelerators": gpu} if gpu else {}
         path.write_text(yaml.safe_dump({"name": "t", "job": "cnn", "workload": TINY,
                                         "resources": {"clouds": ["aws"], "regions": ["us-east-1"], **wish}}))
