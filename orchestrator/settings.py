@@ -101,6 +101,8 @@ SETTINGS: tuple[Setting, ...] = (
     _env("DLRUN_NODE_DIR", Path, "/var/lib/dlrun", "the node's dlrun directory (venv, boot log, markers)", "node"),
     _env("DLRUN_LAB_CACHE", Path, "~/.cache/dlrun-lab", "the emulated VMs' root file systems and wheels "
          "(tests/support/vm)", "tests"),
+    _env("DLRUN_TEST_IMAGE", str, None, "a local container image with python3 for the real container test "
+         "(tests/integration/test_local_container_run.py); unset: it skips", "tests"),
     # --- Ray's, the clouds' and the system's, honoured as their own tools do
     _env("RAY_ADDRESS", str, None, "set by Ray inside a job: the jobs/ helpers then report through Ray", "job"),
     _env("RAY_AUTH_MODE", str, None, "`token`: a head dlrun did not start is reached with Ray's own token",

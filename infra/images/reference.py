@@ -56,41 +56,50 @@ def parse_reference(text: str) -> ImageRef:
     raw = text.strip()
     if any(c.isspace() for c in raw):
         raise ValueError(f"'{raw}' has spaces; an image reference is registry/name:tag or name@sha256:digest")
-    rest, _, digest = raw.partition("@")
-    if "@" in raw and not _DIGEST.match(digest):
-        raise ValueError(f"'{digest}' is not a digest; write @sha256:<64 hex digits>")
-    if digest.startswith("sha256:") and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-        raise ValueError(f"'{digest}' is not a sha256 digest (64 lowercase hex digits)")
-    first, slash, remainder = rest.partition("/")
-    if slash and ("." in first or ":" in first or first == "localhost"):
-        registry, path = first, remainder
-        if not _HOST.match(registry):
-            raise ValueError(f"'{registry}' is not a registry host[:port]")
-    else:
-        registry, path = DOCKER_HUB, rest
+    rest, at, digest = raw.partition("@")
+    if at:
+        _check_digest(digest)
+    registry, path = _split_registry(rest)
     tag = None
-    last_slash = path.rfind("/")
-    if ":" in path[last_slash + 1:]:
+    if ":" in path[path.rfind("/") + 1:]:
         path, _, tag = path.rpartition(":")
         if not _TAG.match(tag):
             raise ValueError(f"tag '{tag}' is not valid: letters, digits, _ . - (up to 128), not starting with . or -")
     if not path:
         raise ValueError(f"'{raw}' names no repository")
+    _check_path(path)
+    if registry.lower() in _HUB_ALIASES:
+        registry = DOCKER_HUB
+        path = path if "/" in path else f"library/{path}"
+    if len(f"{registry}/{path}") > 255:
+        raise ValueError("the repository name is longer than 255 characters")
+    return ImageRef(registry=registry, repository=path, tag=tag or (None if digest else "latest"),
+                    digest=digest or None)
+
+
+def _check_digest(digest: str) -> None:
+    if not _DIGEST.match(digest):
+        raise ValueError(f"'{digest}' is not a digest; write @sha256:<64 hex digits>")
+    if digest.startswith("sha256:") and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise ValueError(f"'{digest}' is not a sha256 digest (64 lowercase hex digits)")
+
+
+def _split_registry(rest: str) -> tuple[str, str]:
+    first, slash, remainder = rest.partition("/")
+    if not (slash and ("." in first or ":" in first or first == "localhost")):
+        return DOCKER_HUB, rest
+    if not _HOST.match(first):
+        raise ValueError(f"'{first}' is not a registry host[:port]")
+    return first, remainder
+
+
+def _check_path(path: str) -> None:
     for part in path.split("/"):
         if part != part.lower() and _COMPONENT.match(part.lower()):
             raise ValueError(f"repository name '{path}' must be lowercase")
         if not _COMPONENT.match(part):
             raise ValueError(f"'{part}' in '{path}' is not a valid name component (lowercase letters, digits, "
                              "separated by . _ __ or -)")
-    if registry.lower() in _HUB_ALIASES:
-        registry = DOCKER_HUB
-        if "/" not in path:
-            path = f"library/{path}"
-    if len(f"{registry}/{path}") > 255:
-        raise ValueError("the repository name is longer than 255 characters")
-    if tag is None and not digest:
-        tag = "latest"
-    return ImageRef(registry=registry, repository=path, tag=tag, digest=digest or None)
 
 
 def is_local_registry(host: str) -> bool:

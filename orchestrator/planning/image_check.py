@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from infra import capabilities, kind, runs_here
 from orchestrator.settings import env_float
+
+if TYPE_CHECKING:
+    from infra.images.reference import ImageRef
+    from infra.images.registry import ImageFacts
+    from infra.images.runtime import Runtime
 
 # compressed bytes per second a node pulls at (priors; see the docstring)
 PULL_BYTES_PER_S = {"aws": 60e6, "gcp": 60e6, "cluster": 60e6}
@@ -27,12 +33,12 @@ CLOUD_ARCH = "amd64"  # every machine image dlrun boots is x86_64 (configs/catal
 
 @dataclass
 class ImagePlan:
-    ref: object                                          # infra.images.reference.ImageRef
-    pull: str                                            # always | if-missing
-    facts: dict = field(default_factory=dict)            # arch -> ImageFacts
-    missing: dict = field(default_factory=dict)          # arch -> why there is no build for it
-    runtime: object = None                               # infra.images.runtime.Runtime (this machine)
-    local_cached: bool = False                           # this machine's runtime holds the image already
+    ref: ImageRef
+    pull: str                                                        # always | if-missing
+    facts: dict[str, ImageFacts] = field(default_factory=dict)       # arch -> the registry's facts
+    missing: dict[str, str] = field(default_factory=dict)            # arch -> why there is no build for it
+    runtime: Runtime | None = None                                   # this machine's, when a local offer is in play
+    local_cached: bool = False                                       # this machine's runtime holds the image
 
 
 def offer_arch(offer) -> str:
@@ -44,13 +50,14 @@ def offer_arch(offer) -> str:
 def check_image(spec, offers) -> ImagePlan | None:
     """The image's facts for every architecture the offers need; DlrunError (one line) when it cannot run
     anywhere the job may go."""
-    ref = spec.image_ref
-    if ref is None:
+    if not spec.image:
         return None
+    from infra.images.reference import parse_reference
     from infra.images.registry import ImageError, image_facts
     from orchestrator.errors import ProvisioningFailedError, UsageError
 
-    plan = ImagePlan(ref=ref, pull=spec.pull_policy)
+    ref = parse_reference(spec.image)
+    plan = ImagePlan(ref=ref, pull=spec.image_pull or "if-missing")
     able = [o for o in offers if capabilities(o.cloud).containers]
     if any(runs_here(o.cloud) for o in able):
         from infra.images.runtime import INSTALL_HINT, find_runtime, has_image
@@ -147,7 +154,7 @@ def image_notes(image: ImagePlan | None, chosen) -> list[str]:
         if kind(chosen.offer.cloud) == "cluster":
             notes.append("on a team cluster the job runs in the image through Ray's image_uri: its nodes need "
                          "podman, and the image the cluster's Ray and Python versions (dlrun cannot check either)")
-    for arch, why in image.missing.items():
+    for arch in image.missing:
         notes.append(f"no linux/{arch} build of the image: {arch} offers left out")
     return notes
 

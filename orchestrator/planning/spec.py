@@ -173,11 +173,9 @@ class JobSpec(_Strict):
                             "s3://bucket/prefix, gs://bucket/prefix or a local directory")
     max_restarts_on_errors: int = Field(0, ge=0)
     max_preemptions: int = Field(3, ge=0)
-    image: str | None = Field(default=None, description="the container image the job runs in: an OCI reference, "
-                              "registry/name:tag or name@sha256:digest (docker.io by default, as docker reads it)")
-    image_pull: Literal["always", "if-missing"] | None = Field(
-        default=None, description="pull the image before every run (always) or only when it is not there "
-                                  "(if-missing, the default)")
+    image: str | None = Field(default=None, description="the container image the job runs in: registry/name:tag "
+                              "or name@sha256:digest (docker.io by default, as docker reads it)")
+    image_pull: Literal["always", "if-missing"] | None = Field(default=None, description="default if-missing")
 
     @field_validator("job")
     @classmethod
@@ -193,22 +191,9 @@ class JobSpec(_Strict):
     @field_validator("image")
     @classmethod
     def _image(cls, v):
-        if v is not None:
-            from infra.images.reference import parse_reference
+        from infra.images.reference import parse_reference  # ValueError: one line at the job file's line
 
-            parse_reference(v)  # ValueError: the reference's mistake, in the job file's one line
-        return v
-
-    @property
-    def image_ref(self):
-        """The parsed `image:` (infra.images.reference.ImageRef), None without one."""
-        from infra.images.reference import parse_reference
-
-        return parse_reference(self.image) if self.image else None
-
-    @property
-    def pull_policy(self) -> str:
-        return self.image_pull or "if-missing"
+        return v if v is None or parse_reference(v) else v
 
     @field_validator("env", mode="before")
     @classmethod
@@ -236,7 +221,7 @@ class JobSpec(_Strict):
             for key in ("hf", "seq_len", "tf32", "memory_format", "optimizer_impl"):
                 if data["workload"].get(key) is None:
                     data["workload"].pop(key, None)
-        for key in ("image", "image_pull"):  # the same for the top-level fields added later
+        for key in ("image", "image_pull"):  # and the top-level ones
             if data.get(key) is None:
                 data.pop(key, None)
         blob = json.dumps(data, sort_keys=True).encode()

@@ -122,15 +122,16 @@ def entrypoint(spec: JobSpec, *, local: bool, workers: int, notice_cloud: str | 
 def container_command(spec: JobSpec, command: str, *, gpus: bool) -> str:
     """A local job's command in its image: infra/images/run_job.py (mounts, env, the python3 check) then
     the runtime; UsageError (exit 2) when no runtime works here."""
+    from infra.images.reference import parse_reference
     from infra.images.runtime import INSTALL_HINT, find_runtime
     from orchestrator.errors import UsageError
 
-    runtime, ref = find_runtime(), spec.image_ref
-    if runtime.path is None or ref is None:
+    runtime, ref = find_runtime(), parse_reference(spec.image or "")
+    if runtime.path is None:
         raise UsageError(f"{spec.name}: image {spec.image} runs in a container on this machine, and no container "
                          f"runtime works here ({runtime.problem}); {INSTALL_HINT}")
     args = [sys.executable, "-m", "infra.images.run_job", "--runtime", runtime.path, "--image", ref.full,
-            "--pull", spec.pull_policy, *(["--gpus"] if gpus else [])]
+            "--pull", spec.image_pull or "if-missing", *(["--gpus"] if gpus else [])]
     for name in sorted(spec.env):
         args += ["--env", name]
     return " ".join(map(shlex.quote, args)) + " -- sh -c " + shlex.quote(command)
@@ -190,10 +191,12 @@ def runtime_env(spec: JobSpec, *, job_id: str, checkpoint: str, price_per_hour: 
             if var in os.environ and var not in env:
                 env[var] = os.environ[var]
     renv: dict = {"env_vars": env}
-    if image == "image_uri" and spec.image_ref is not None:
+    if image == "image_uri" and spec.image:
+        from infra.images.reference import parse_reference
+
         # Ray takes image_uri only with env_vars and config (ray 2.60 ImageURIPlugin.get_compatible_keys);
         # the planner left out every cluster a job that needs more (image_check.cluster_image_reason)
-        return {**renv, "image_uri": spec.image_ref.full}
+        return {**renv, "image_uri": parse_reference(spec.image).full}
     if spec.run:
         if spec.workdir:
             renv["working_dir"] = spec.workdir
