@@ -175,7 +175,8 @@ class JobSpec(_Strict):
     max_preemptions: int = Field(3, ge=0)
     image: str | None = Field(default=None, description="the container image the job runs in: registry/name:tag "
                               "or name@sha256:digest (docker.io by default, as docker reads it)")
-    image_pull: Literal["always", "if-missing"] | None = Field(default=None, description="default if-missing")
+    image_pull: Literal["always", "if-missing"] | None = Field(default=None,
+                                                               description="always | if-missing (default)")
 
     @field_validator("job")
     @classmethod
