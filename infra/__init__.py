@@ -13,7 +13,7 @@ from infra.base import Capabilities, Provider
 BACKENDS: dict[str, tuple[str, Capabilities]] = {
     "local": ("infra.local.provider:LocalProvider",
               Capabilities(remote=False, spot=False, multi_node=False, billed=False, regional=False,
-                           provisioned=False)),
+                           provisioned=False, containers=True)),
     "aws": ("infra.aws.provider:AwsProvider",
             Capabilities(remote=True, spot=True, multi_node=True, billed=True, regional=True)),
     "gcp": ("infra.gcp.provider:GcpProvider",
@@ -22,7 +22,7 @@ BACKENDS: dict[str, tuple[str, Capabilities]] = {
     # billed at the team's internal rate, its loss watched like a preemption; dlrun installs nothing there
     "cluster": ("infra.ray_cluster.provider:RayClusterProvider",
                 Capabilities(remote=True, spot=False, multi_node=True, billed=True, regional=False,
-                             provisioned=False)),
+                             provisioned=False, containers=True)),
 }
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKENDS)
 CLOUD_NAMES: tuple[str, ...] = tuple(n for n, (_, caps) in BACKENDS.items() if caps.remote)

@@ -125,6 +125,7 @@ class Capabilities:
     billed: bool      # node-seconds cost money; nodes are watched for preemption
     regional: bool    # offers are per region (the job's `regions:` filter applies)
     provisioned: bool = True  # dlrun boots the nodes (image, driver, torch wheels); False: they run what they have
+    containers: bool = False  # runs a job's `image:` (infra/images); False: not yet (the VM boot script)
 
 
 class Connection:

@@ -76,6 +76,12 @@ SETTINGS: tuple[Setting, ...] = (
          "dlrun's heartbeat"),
     _env("DLRUN_CLOUD_RETRY_S", float, "900", "how long a re-attaching supervisor keeps asking a cloud it "
          "cannot reach"),
+    _env("DLRUN_INSECURE_REGISTRIES", str, None, "container registries (host:port, comma-separated) dlrun may "
+         "reach over plain HTTP; localhost and 127.0.0.0/8 always may, as with docker and podman"),
+    _env("DLRUN_CONTAINER_RUNTIME", str, None, "`podman`, `docker` or a path: the runtime a local job's "
+         "`image:` runs with; unset: podman if it works, else docker"),
+    _env("DLRUN_LOCAL_PULL_MB_S", float, "25", "this machine's image download rate in MB/s of compressed layers "
+         "(the plan's pull time for a local job)"),
     # --- set by dlrun for the job, read by the job's process on its node (jobs/)
     _env("DLRUN_JOB_ID", str, None, "the job's id", "job"),
     _env("DLRUN_CHECKPOINT_DIR", str, None, "where the job writes and finds its checkpoints (a directory, "
@@ -95,6 +101,8 @@ SETTINGS: tuple[Setting, ...] = (
     _env("DLRUN_NODE_DIR", Path, "/var/lib/dlrun", "the node's dlrun directory (venv, boot log, markers)", "node"),
     _env("DLRUN_LAB_CACHE", Path, "~/.cache/dlrun-lab", "the emulated VMs' root file systems and wheels "
          "(tests/support/vm)", "tests"),
+    _env("DLRUN_TEST_IMAGE", str, None, "a local container image with python3 for the real container test "
+         "(tests/integration/test_local_container_run.py); unset: it skips", "tests"),
     # --- Ray's, the clouds' and the system's, honoured as their own tools do
     _env("RAY_ADDRESS", str, None, "set by Ray inside a job: the jobs/ helpers then report through Ray", "job"),
     _env("RAY_AUTH_MODE", str, None, "`token`: a head dlrun did not start is reached with Ray's own token",
@@ -125,6 +133,12 @@ SETTINGS: tuple[Setting, ...] = (
     _env("CLOUDSDK_CORE_PROJECT", str, None, "gcloud's project"),
     _env("GOOGLE_APPLICATION_CREDENTIALS", Path, None, "a GCP credentials file instead of gcloud's ADC file"),
     _env("CLOUDSDK_CONFIG", Path, "~/.config/gcloud", "gcloud's directory (its application default credentials)"),
+    _env("REGISTRY_AUTH_FILE", Path, None, "podman's registry auth file, searched first for `image:` "
+         "credentials"),
+    _env("XDG_RUNTIME_DIR", Path, None, "podman's default auth file is `$XDG_RUNTIME_DIR/containers/auth.json`"),
+    _env("XDG_CONFIG_HOME", Path, "~/.config", "then `$XDG_CONFIG_HOME/containers/auth.json`"),
+    _env("DOCKER_CONFIG", Path, "~/.docker", "then docker's `config.json` there (`auths`, `credHelpers`, "
+         "`credsStore`)"),
     _env("TZ", str, None, "the time zone schedules' cron expressions are read in; unset: the system's"),
     _env("TMPDIR", Path, None, "the system's temp directory: Ray's temp root on Linux when RAY_TMPDIR is unset"),
     # --- $DLRUN_HOME/config.yaml (orchestrator/config.py, infra/ray_cluster/settings.py)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from infra import kind, runs_here
 from infra.catalog import GpuSpec, Offer, gpu_spec
 from orchestrator.planning.data_inputs import transfer_seconds
+from orchestrator.planning.image_check import pull_seconds
 from orchestrator.planning.history import (History, correction_for, fit_terms, history_from_store, runs_behind,
                                            startup_correction_for)
 
@@ -211,7 +212,7 @@ def cluster_start_seconds(cloud: str, num_nodes: int = 1) -> float:
 
 
 def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=None,
-             data_bytes: int = 0) -> Estimate:
+             data_bytes: int = 0, image_bytes: int = 0) -> Estimate:
     priced = _offer_step(profile, offer, num_nodes)
     step, basis = priced.seconds, priced.basis
     accelerator = offer.accelerator or "cpu"
@@ -232,7 +233,7 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
     run = train * correction + start * start_correction
     startup = cluster_start_seconds(offer.cloud, num_nodes)
     data = transfer_seconds(offer.cloud, data_bytes)  # every node syncs at once: one node's time
-    startup += data
+    startup += data + pull_seconds(offer.cloud, image_bytes)  # the job's container image, if any
 
     preempt = 0.0
     if spot:

@@ -13,7 +13,7 @@ from infra import capabilities, selects
 from infra.catalog import Offer, canonical_gpu, sold_markets
 from infra.refresh.cache import LAUNCH_QUOTA_AGE_S
 from infra.identity import owner_identity
-from orchestrator.planning import blocks, plan_inputs, software
+from orchestrator.planning import blocks, image_check, plan_inputs, software
 from orchestrator.planning.estimator import Estimate, estimate, history_from_store
 from orchestrator.planning.storage_plan import candidate_checkpoint, check_checkpoint, storage_notes
 
@@ -238,9 +238,10 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
 # --- the plan --------------------------------------------------------------------------------------
 
 def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), store=None, profile=None,
-         history=None, settings=None, quotas=None) -> Plan:
+         history=None, settings=None, quotas=None, image=None) -> Plan:
     """quotas (infra.refresh.quotas.QuotaBook): a market this account cannot launch now is excluded,
-    naming the quota to raise; None: quotas are not looked at."""
+    naming the quota to raise; None: quotas are not looked at. image: the job's checked `image:`
+    (image_check.check_image), None without one."""
     profile = profile or profile_for(spec)
     if history is None and store is not None:
         history = history_from_store(store)
@@ -264,12 +265,13 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     data_bytes = local_bytes(spec.data)
     candidates: list[Candidate] = []
     for offer in offers:
-        reason = exclusion_reason(spec, offer, blocked)
+        reason = exclusion_reason(spec, offer, blocked) or image_check.exclusion_reason(image, spec, offer)
         allowed = markets(offer, spec.resources.spot)
         if not allowed:
             reason = reason or "no spot price (spot: always)"
         for spot in allowed or [False]:
-            est = estimate(profile, offer, spot=spot, num_nodes=nodes, history=history, data_bytes=data_bytes)
+            est = estimate(profile, offer, spot=spot, num_nodes=nodes, history=history, data_bytes=data_bytes,
+                           image_bytes=image_check.pull_bytes(image, offer))
             base, no_bucket = candidate_checkpoint(spec, offer, spot, owner)
             no_bucket = no_bucket or data_exclusion(spec, offer, base)
             market_reason = reason or (SPOT_POOL_BLOCKED if spot and blocks.spot_blocked(offer, blocked) else None) \
@@ -293,6 +295,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     retired = software.retired_wish_notes(spec, candidates)
     notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
     notes += storage_notes(chosen) + plan_inputs.cluster_notes(chosen)
+    notes += image_check.image_notes(image, chosen)
     raise_these = [] if quotas is None else plan_inputs.quota_notes(candidates, chosen, quotas, nodes, notes,
                                                                     RANKS[optimize])
     return Plan(candidates=candidates, chosen=chosen,
@@ -349,6 +352,7 @@ def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers:
         offers = plan_inputs.offers_with_clusters(spec, cluster_problems)
     else:
         offers = [o for o in offers if selects(o.cloud, spec.resources.clouds)]
+    image = image_check.check_image(spec, offers)  # the registry is asked before any cloud is
     refresh_notes: list[str] = []
     if offers_given is None:
         refresh_notes = plan_inputs.refresh_stale(spec.resources.clouds, progress or plan_inputs.stderr_line)
@@ -357,7 +361,7 @@ def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers:
             refresh_notes = refresh_notes[1:]
     if quotas is None:
         quotas = plan_inputs.quotas_for(spec, offers, quota_max_age_s, progress or plan_inputs.stderr_line)
-    result = plan(spec, offers, blocked=blocked, store=store, quotas=quotas)
+    result = plan(spec, offers, blocked=blocked, store=store, quotas=quotas, image=image)
     result.notes += (refresh_notes or []) + cluster_problems
     note = plan_inputs.price_source_note(result)
     if note:

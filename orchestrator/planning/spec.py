@@ -173,6 +173,10 @@ class JobSpec(_Strict):
                             "s3://bucket/prefix, gs://bucket/prefix or a local directory")
     max_restarts_on_errors: int = Field(0, ge=0)
     max_preemptions: int = Field(3, ge=0)
+    image: str | None = Field(default=None, description="the container image the job runs in: registry/name:tag "
+                              "or name@sha256:digest (docker.io by default, as docker reads it)")
+    image_pull: Literal["always", "if-missing"] | None = Field(default=None,
+                                                               description="always | if-missing (default)")
 
     @field_validator("job")
     @classmethod
@@ -184,6 +188,13 @@ class JobSpec(_Strict):
             hint = f"did you mean {near[0]}?" if near else "built-in jobs: " + ", ".join(BUILTIN_JOBS)
             raise ValueError(f"no built-in job '{v}'; {hint}")
         return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v):
+        from infra.images.reference import parse_reference  # ValueError: one line at the job file's line
+
+        return v if v is None or parse_reference(v) else v
 
     @field_validator("env", mode="before")
     @classmethod
@@ -199,6 +210,10 @@ class JobSpec(_Strict):
             raise ValueError("give either 'job:' (a built-in job) or 'run:' (a command), not both or neither")
         if self.workdir and not self.run:
             raise ValueError("'workdir' goes with 'run:'")
+        if self.image_pull and not self.image:
+            raise ValueError("'image_pull' goes with 'image:' (the container image to pull)")
+        if self.image and self.requirements:
+            raise ValueError("'requirements' are not installed into an 'image:'; build them into the image")
         return self
 
     def spec_hash(self) -> str:
@@ -207,6 +222,9 @@ class JobSpec(_Strict):
             for key in ("hf", "seq_len", "tf32", "memory_format", "optimizer_impl"):
                 if data["workload"].get(key) is None:
                     data["workload"].pop(key, None)
+        for key in ("image", "image_pull"):  # and the top-level ones
+            if data.get(key) is None:
+                data.pop(key, None)
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -16,8 +16,8 @@ from orchestrator.cli.render.summary import offer_name
 from orchestrator.cost import node_seconds_cost
 from orchestrator.planning.spec import JobSpec
 from orchestrator.runs.context import AttemptContext, GetProvider
-from orchestrator.runs.entrypoint import (attempt_checkpoint, entrypoint, node_storage_env, num_workers,
-                                          runtime_env)
+from orchestrator.runs.entrypoint import (attempt_checkpoint, entrypoint, image_mode, node_storage_env,
+                                          num_workers, runtime_env)
 from orchestrator.runs.on_cluster import ClusterRun, provider_cleanup, record_teardown
 from orchestrator.runs.watch import Outcome
 from orchestrator.state.db import new_id
@@ -97,13 +97,16 @@ def run_attempt(ctx: AttemptContext, cand: Candidate, get_provider: GetProvider)
     store.cluster_up(cluster_id, zone=cluster.zone, launched_at=started, cluster_json=json.dumps(cluster.to_dict()))
     est = cand.estimate
     workers = num_workers(spec, offer.accelerator_count)
+    image = image_mode(spec, offer.cloud)
     submission = dict(
         entrypoint=entrypoint(spec, local=local, workers=workers,
-                              notice_cloud=offer.cloud if cand.spot and not local else None),
+                              notice_cloud=offer.cloud if cand.spot and not local else None,
+                              image=image, gpus=bool(offer.accelerator)),
         submission_id=f"dlrun-{ctx.job_id}-{attempt}",
         runtime_env=runtime_env(spec, job_id=ctx.job_id, checkpoint=checkpoint, price_per_hour=price_all, local=local,
                                 extra_env={**job_env(offer), **data_vars,
-                                           **({} if local else node_storage_env(checkpoint, offer.region))}),
+                                           **({} if local else node_storage_env(checkpoint, offer.region))},
+                                image=image),
         metadata={"dlrun_job_id": ctx.job_id, "dlrun_name": spec.name, "job_name": spec.name, "backend": offer.cloud,
                   "instance": offer.instance_type, "gpu": f"{offer.accelerator}:{offer.accelerator_count}"
                   if offer.accelerator else "CPU", "spot": str(cand.spot).lower(),
@@ -128,6 +131,9 @@ def _backend_submission(provider: Provider, submission: dict, offer: Offer, work
             submission[key].update(value)
         else:
             submission[key] = value
+    renv = submission.get("runtime_env") or {}
+    if "image_uri" in renv:  # Ray refuses any other field beside it (its pip: the image must carry the packages)
+        submission["runtime_env"] = {k: v for k, v in renv.items() if k in ("image_uri", "env_vars", "config")}
 
 
 def reattach(ctx: AttemptContext, get_provider: GetProvider) -> Outcome | None:

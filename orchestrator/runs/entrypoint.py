@@ -96,10 +96,17 @@ def num_workers(spec: JobSpec, accelerator_count: int) -> int:
         else max(accelerator_count, 1)
 
 
-def entrypoint(spec: JobSpec, *, local: bool, workers: int, notice_cloud: str | None = None) -> str:
+def entrypoint(spec: JobSpec, *, local: bool, workers: int, notice_cloud: str | None = None,
+               image: str = "", gpus: bool = False) -> str:
     """The job's command (a `run:` command under jobs/tee.py); on a spot node of `notice_cloud`, run under
-    jobs/notice.py's watcher."""
-    command = _command(spec, local=local, workers=workers)
+    jobs/notice.py's watcher. image: how the job's `image:` runs ("" none; "runtime": in podman/docker on
+    this machine, dlrun's helpers around it on the host; "image_uri": Ray starts the job in the image, where
+    nothing of dlrun's is, so the command runs bare)."""
+    if image == "image_uri":
+        return _command(spec, local=False, workers=workers)
+    command = _command(spec, local=local and not image, workers=workers)
+    if image == "runtime":
+        command = container_command(spec, command, gpus=gpus)
     from jobs.notice import CHECKS
 
     python = shlex.quote(sys.executable) if local else "python3"
@@ -110,6 +117,37 @@ def entrypoint(spec: JobSpec, *, local: bool, workers: int, notice_cloud: str | 
     if notice_cloud not in CHECKS:
         return command
     return f"python3 -m jobs.notice --cloud {notice_cloud} -- {command}"
+
+
+def container_command(spec: JobSpec, command: str, *, gpus: bool) -> str:
+    """A local job's command in its image: infra/images/run_job.py (mounts, env, the python3 check) then
+    the runtime; UsageError (exit 2) when no runtime works here."""
+    from infra.images.reference import parse_reference
+    from infra.images.runtime import INSTALL_HINT, find_runtime
+    from orchestrator.errors import UsageError
+
+    runtime, ref = find_runtime(), parse_reference(spec.image or "")
+    if runtime.path is None:
+        raise UsageError(f"{spec.name}: image {spec.image} runs in a container on this machine, and no container "
+                         f"runtime works here ({runtime.problem}); {INSTALL_HINT}")
+    args = [sys.executable, "-m", "infra.images.run_job", "--runtime", runtime.path, "--image", ref.full,
+            "--pull", spec.image_pull or "if-missing", *(["--gpus"] if gpus else [])]
+    for name in sorted(spec.env):
+        args += ["--env", name]
+    return " ".join(map(shlex.quote, args)) + " -- sh -c " + shlex.quote(command)
+
+
+def image_mode(spec: JobSpec, cloud: str) -> str:
+    """How the job's `image:` runs on backend `cloud`: "" (none), "runtime" (podman/docker on this machine),
+    "image_uri" (Ray's runtime env: a remote cluster dlrun did not boot, so only Ray can start the image)."""
+    from infra import capabilities
+
+    if not spec.image:
+        return ""
+    caps = capabilities(cloud)
+    if not caps.remote:
+        return "runtime"
+    return "image_uri" if not caps.provisioned else ""
 
 
 def _command(spec: JobSpec, *, local: bool, workers: int) -> str:
@@ -142,7 +180,7 @@ def _staged_jobs_dir() -> str:
 
 
 def runtime_env(spec: JobSpec, *, job_id: str, checkpoint: str, price_per_hour: float, local: bool,
-                extra_env: dict[str, str] | None = None) -> dict:
+                extra_env: dict[str, str] | None = None, image: str = "") -> dict:
     env = {**spec.env, "DLRUN_JOB_ID": job_id, "DLRUN_CHECKPOINT_DIR": checkpoint,
            "DLRUN_PRICE_PER_HOUR": f"{price_per_hour:.6f}", "PYTHONUNBUFFERED": "1",
            "RAY_USAGE_STATS_ENABLED": "0", **(extra_env or {})}
@@ -153,6 +191,12 @@ def runtime_env(spec: JobSpec, *, job_id: str, checkpoint: str, price_per_hour: 
             if var in os.environ and var not in env:
                 env[var] = os.environ[var]
     renv: dict = {"env_vars": env}
+    if image == "image_uri" and spec.image:
+        from infra.images.reference import parse_reference
+
+        # Ray takes image_uri only with env_vars and config (ray 2.60 ImageURIPlugin.get_compatible_keys);
+        # the planner left out every cluster a job that needs more (image_check.cluster_image_reason)
+        return {**renv, "image_uri": parse_reference(spec.image).full}
     if spec.run:
         if spec.workdir:
             renv["working_dir"] = spec.workdir
@@ -162,6 +206,6 @@ def runtime_env(spec: JobSpec, *, job_id: str, checkpoint: str, price_per_hour: 
         renv["working_dir"] = _staged_jobs_dir()
     # a cloud node's boot installed the job's requirements into the node's venv (and the planned torch from
     # its wheel index): a pip runtime_env there would only make Ray clone that venv (GBs) for each job
-    if local and spec.requirements:
+    if local and spec.requirements and not image:
         renv["pip"] = list(spec.requirements)
     return renv
