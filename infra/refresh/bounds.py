@@ -10,9 +10,10 @@ or one global list) has a total deadline, retries are bounded, and every call ha
                     jitter), MAX_ATTEMPTS tries in all, and those timeouts
     gcp_retry       google-api-core's Retry for google-cloud-compute's calls and the Cloud Billing catalog's:
                     transient errors (429, 5xx, a 403 rateLimitExceeded, a reset or timed-out connection) are
-                    retried with backoff until the deadline, never beyond it
+                    retried with backoff, MAX_ATTEMPTS tries in all, never past the deadline
 
-A source's worst case is thus its deadline plus one call's timeouts (60 s -> at most 85 s; 5 s -> 8.75 s).
+A source's worst case is thus its deadline plus one call's timeouts, plus botocore's backoff before a retry
+after throttling (at most 2 s with 3 tries): 60 s -> at most 87 s; 5 s -> about 11 s.
 """
 from __future__ import annotations
 
@@ -132,7 +133,8 @@ def _remember_failure(response=None, caught_exception=None, operation=None, **_)
 
 def bound_client(client):
     """Hook a boto3 client's calls to the deadline of the source being read, and its JSON answers to a check."""
-    client.meta.events.register_first("before-send", _no_call_past_the_deadline)
+    # last: after the adaptive mode's rate limiter has waited for its token
+    client.meta.events.register_last("before-send", _no_call_past_the_deadline)
     client.meta.events.register_first("before-parse", _json_or_unreadable)
     client.meta.events.register_first("needs-retry", _remember_failure)
     return client
@@ -155,11 +157,19 @@ def _transient(e: Exception) -> bool:
     return isinstance(e, BillingError) and (e.status == 429 or e.status >= 500)
 
 
-def gcp_retry(deadline: Deadline):
-    """Retry transient errors with backoff (jittered, doubling), never past the deadline."""
+def gcp_retry(deadline: Deadline, tries: int = MAX_ATTEMPTS):
+    """Retry transient errors with backoff (jittered, doubling): `tries` in all, never past the deadline.
+    One Retry per call: it counts that call's tries."""
     from google.api_core.retry import Retry
 
-    return Retry(predicate=_transient, initial=min(1.0, deadline.seconds / 10), maximum=deadline.seconds / 4,
+    failures = 0
+
+    def again(e: Exception) -> bool:
+        nonlocal failures
+        failures += 1
+        return failures < tries and _transient(e)
+
+    return Retry(predicate=again, initial=min(1.0, deadline.seconds / 10), maximum=deadline.seconds / 4,
                  multiplier=2.0, timeout=max(deadline.left(), 0.001))
 
 
