@@ -11,6 +11,7 @@ seconds; the fakes answer a healthy call in milliseconds.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,3 +184,46 @@ def test_a_fault_keeps_the_previous_rows_says_so_in_one_line_and_ends(filled, so
         lines = [x for x in out.splitlines() if x.startswith(f"{cloud} {region}: ")]
         assert len(lines) == 1 and "showing what was read" in lines[0], out
         assert code == 0, out  # the quotas shown are what was read before, with their age
+
+
+ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d$")
+
+
+def test_some_sources_failing_is_exit_6_and_json_gives_each_sources_outcome(filled):
+    filled["proxies"]["aws-json"].inject("GetProducts", "http503")
+    kept = snapshot("aws", "ondemand", REGION)
+    code, result = invoke(*REFRESH_AWS[:-1], "--json")
+    assert code == 6, result.output
+    report = json.loads(result.stdout)
+    by_kind = {s["kind"]: s for s in report["sources"]}
+    od = by_kind["ondemand"]
+    assert (od["ok"], od["status"], od["rows"]) == (False, "kept", len(json.loads(kept[1])))
+    assert od["error"].startswith("unavailable (ServiceUnavailable HTTP 503)") and ISO.match(od["fetched_at"])
+    assert all(by_kind[k]["ok"] and by_kind[k]["status"] == "fetched" and by_kind[k]["error"] is None
+               and ISO.match(by_kind[k]["fetched_at"]) for k in ("specs", "offerings", "spot"))
+    assert report["outcome"] == "partial" and snapshot("aws", "ondemand", REGION) == kept
+
+
+def test_credentials_the_cloud_refuses_are_exit_4_and_any_other_total_failure_exit_7(filled):
+    ec2, json_apis = filled["proxies"]["ec2"], filled["proxies"]["aws-json"]
+    for api in ("DescribeInstanceTypes", "DescribeInstanceTypeOfferings", "DescribeSpotPriceHistory"):
+        ec2.inject(api, "refused")
+    json_apis.inject("GetProducts", "refused")
+    code, result = invoke(*REFRESH_AWS[:-1])
+    assert code == 4 and "refused the credentials" in str(result.exception), result.output
+    assert "aws ondemand us-east-1: FAILED (refused (UnrecognizedClientException HTTP 400)" in result.output
+    json_apis.inject("GetProducts", "http500")  # one source failed otherwise: not a credentials problem
+    code, result = invoke(*REFRESH_AWS[:-1])
+    assert code == 7 and "nothing refreshed" in str(result.exception), result.output
+
+
+def test_an_unreadable_quota_answer_is_unknown_never_zero_nor_the_default(filled, dlrun_home):
+    cache.path("aws", "quotas").unlink()  # never read before
+    filled["proxies"]["aws-json"].inject("ListServiceQuotas", "cut_off")
+    code, result = invoke(*QUOTAS_AWS, "--json")
+    assert code == 0, result.output
+    data = json.loads(result.stdout[result.stdout.index("{"):])
+    assert not [q for q in data["quotas"] if q["cloud"] == "aws"]  # G and VT: unknown, not AWS's default 0
+    unit = next(u for u in data["units"] if u["cloud"] == "aws" and u["region"] == REGION)
+    assert unit["error"].startswith("unreadable answer: ListServiceQuotas answered HTTP 200") and unit["fetched_at"] is None
+    assert "ListAWSDefaultServiceQuotas" not in filled["proxies"]["aws-json"].hits

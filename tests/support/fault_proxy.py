@@ -24,6 +24,8 @@ Faults (FAULTS), each as the service writes it:
   for the others);
 - repeat_token: the real answer with its page token replaced by one that never changes; a request that
   sends that token back gets the first page again (the listing never ends).
+Besides the matrix's faults, `refused`: the credentials refused (EC2 401 AuthFailure, the JSON protocols' 400
+UnrecognizedClientException, Google's 403 forbidden).
 Not reproduced: TLS, slow bodies (bytes trickling in), HTTP/2, redirects, partial faults (1 in N calls).
 """
 from __future__ import annotations
@@ -62,7 +64,7 @@ class FaultProxy(LocalHttpServer):
         LocalHttpServer.__init__(self, None)
 
     def inject(self, operation: str, fault: str) -> None:
-        assert fault in FAULTS, fault
+        assert fault in (*FAULTS, "refused"), fault
         self.faults[operation] = fault
 
     def clear(self) -> None:
@@ -93,7 +95,7 @@ class FaultProxy(LocalHttpServer):
     def error(self, fault: str, operation: str) -> tuple[int, bytes, str]:
         if self.protocol == "ec2":
             status, code = {"http500": (500, "InternalError"), "http503": (503, "Unavailable"),
-                            "throttled": (503, "RequestLimitExceeded")}[fault]
+                            "throttled": (503, "RequestLimitExceeded"), "refused": (401, "AuthFailure")}[fault]
             body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code>'
                     f"<Message>{code} (injected)</Message></Error></Errors>"
                     "<RequestID>fault-proxy</RequestID></Response>")
@@ -101,12 +103,13 @@ class FaultProxy(LocalHttpServer):
         if self.protocol == "aws-json":
             throttle = "ThrottlingException" if operation == "GetProducts" else "TooManyRequestsException"
             status, code = {"http500": (500, "InternalFailure"), "http503": (503, "ServiceUnavailable"),
-                            "throttled": (400, throttle)}[fault]
+                            "throttled": (400, throttle), "refused": (400, "UnrecognizedClientException")}[fault]
             return status, json.dumps({"__type": code, "message": f"{code} (injected)"}).encode(), \
                 "application/x-amz-json-1.1"
         status, state, reason = {"http500": (500, "INTERNAL", "backendError"),
                                  "http503": (503, "UNAVAILABLE", "backendError"),
-                                 "throttled": (429, "RESOURCE_EXHAUSTED", "rateLimitExceeded")}[fault]
+                                 "throttled": (429, "RESOURCE_EXHAUSTED", "rateLimitExceeded"),
+                                 "refused": (403, "PERMISSION_DENIED", "forbidden")}[fault]
         body = {"error": {"code": status, "status": state, "message": f"{state} (injected)",
                           "errors": [{"message": f"{state} (injected)", "domain": "global", "reason": reason}]}}
         return status, json.dumps(body).encode(), "application/json; charset=UTF-8"
@@ -166,7 +169,7 @@ def _handler_for(proxy: FaultProxy):
                 proxy.hits[op] = proxy.hits.get(op, 0) + 1
                 fault = proxy.faults.get(op)
             path = self.path
-            if fault in ("http500", "http503", "throttled"):
+            if fault in ("http500", "http503", "throttled", "refused"):
                 self.reply(*proxy.error(fault, op))
             elif fault == "reset":
                 self._reset()
