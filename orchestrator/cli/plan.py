@@ -124,20 +124,23 @@ def catalog_group(ctx, gpu, cloud, region):
         return
     from rich.table import Table
 
-    from infra.catalog import canonical_gpu, load_offers
+    from infra.catalog import load_offers
 
     all_offers = load_offers()
-    want = _known_gpu(gpu) if gpu else None
+    want, count = _known_gpu(gpu, all_offers) if gpu else (None, None)
     if region:
         _known_region(region, cloud, all_offers)
-    offers = [o for o in all_offers if (cloud is None or o.cloud == cloud)
-              and (want is None or (o.accelerator and canonical_gpu(o.accelerator) == want))
+
+    def has_gpu(o) -> bool:
+        return want is None or (bool(o.accelerator) and _gpu_key(o.accelerator) == want
+                                and (count is None or o.accelerator_count == count))
+
+    offers = [o for o in all_offers if (cloud is None or o.cloud == cloud) and has_gpu(o)
               and (region is None or o.region == region)]
     if not offers:  # each filter is known, their combination is not offered: say where it is
-        where = sorted({f"{o.cloud} {o.region}" for o in all_offers if want is None or
-                        (o.accelerator and canonical_gpu(o.accelerator) == want)})
-        click.echo(f"no catalog offer has {_filters(want, cloud, region)}; "
-                   f"{want or 'offers'} {'is' if want else 'are'} offered in: {', '.join(where)}", err=True)
+        where = sorted({f"{o.cloud} {o.region}" for o in all_offers if has_gpu(o)})
+        click.echo(f"no catalog offer has {_filters(gpu if want else None, cloud, region)}; "
+                   f"{gpu if want else 'offers'} {'is' if want else 'are'} offered in: {', '.join(where)}", err=True)
         return
     table = Table(title=f"catalog: {plural(len(offers), 'offer')}")
     for col in ("cloud", "region", "instance", "GPU", "GPU GB", "vCPU", "RAM GB", "$/h", "spot $/h",
@@ -161,14 +164,31 @@ def _suggest(word: str, known: list[str]) -> str:
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
-def _known_gpu(gpu: str) -> str:
+def _gpu_key(name: str) -> str:
+    """A GPU's name as the filter compares it: gpus.csv's canonical name (aliases folded), else the offer's own
+    (a GPU type a refresh found that gpus.csv does not list yet, e.g. B200), upper-cased."""
+    from infra.catalog import canonical_gpu
+
+    return canonical_gpu(name) or name.upper()
+
+
+def _known_gpu(gpu: str, offers) -> tuple[str, int | None]:
+    """--gpu: any GPU `dlrun catalog` prints (gpus.csv's, or an offer's), optionally with its count as printed
+    (B200×8, B200x8, B200:8)."""
+    import re
+
+    m = re.fullmatch(r"(.+?)(?:\s*[×xX:]\s*(\d+))?", gpu.strip())
+    name, count = (m.group(1), int(m.group(2)) if m.group(2) else None) if m else (gpu, None)
+    offered = {_gpu_key(o.accelerator) for o in offers if o.accelerator}
+    for candidate, n in ((name, count), (gpu.strip(), None)):  # "MI300X" is a name, not MI300 x nothing
+        if _gpu_key(candidate) in offered:
+            return _gpu_key(candidate), n
     from infra.catalog import canonical_gpu, gpu_names
 
-    want = canonical_gpu(gpu)
-    if want is None:
-        names = gpu_names()
-        raise UsageError(f"--gpu: unknown GPU '{gpu}'{_suggest(gpu.upper(), names)} (known: {', '.join(names)})")
-    return want
+    if canonical_gpu(name) is not None:  # known, offered nowhere: the caller says so
+        return _gpu_key(name), count
+    names = list(dict.fromkeys([*gpu_names(), *sorted(offered)]))
+    raise UsageError(f"--gpu: unknown GPU '{gpu}'{_suggest(name.upper(), names)} (known: {', '.join(names)})")
 
 
 def _known_region(region: str, cloud: str | None, offers) -> None:

@@ -1,6 +1,7 @@
 """`dlrun catalog refresh` from the clouds' own APIs, through the real clients: moto's EC2 (regions, instance
 types with GpuInfo, offerings; a seeded spot history), the fake Service Quotas / Price List server, the fake
 Compute Engine (regions, machine and accelerator types, quotas) and the fake Cloud Billing Catalog."""
+import datetime as dt
 import json
 import time
 
@@ -108,7 +109,8 @@ def test_the_plan_uses_the_fetched_prices_a_new_region_and_a_gpu_the_snapshot_la
     assert any(n.startswith("price of the choice: gcp cloudbilling:services.skus.list, fetched ") for n in plan["notes"])
     assert plan["chosen"]["price_date"] == time.strftime("%Y-%m-%d", time.gmtime())
     assert plan["chosen"]["price_source"].startswith("gcp cloudbilling:services.skus.list")
-    assert time.time() - plan["chosen"]["price_fetched_at"] < 120
+    fetched = dt.datetime.fromisoformat(plan["chosen"]["price_fetched_at"])  # ISO 8601 with its UTC offset
+    assert fetched.utcoffset() is not None and time.time() - fetched.timestamp() < 120
 
 
 def test_a_failed_source_keeps_its_previous_rows_and_says_so(world):
@@ -209,3 +211,14 @@ def test_a_new_aws_gpu_is_planned_once_its_datasheet_is_known_and_listed_with_th
         else:
             b200 = next(c for c in plan["candidates"] if c["accelerator"] == "B200" and c["region"] == "us-east-1")
             assert "no datasheet figures" in b200["reason"]
+
+
+def test_catalog_gpu_takes_every_gpu_the_catalog_prints(world):
+    assert refresh("--cloud", "aws")[0] == 0
+    code, result = invoke(cli_plan.catalog_group, [])
+    assert code == 0 and "B200×8" in result.output  # a GPU type the refresh found, gpus.csv lacks
+    for gpu in ("B200", "b200", "B200x8", "B200×8"):
+        code, result = invoke(cli_plan.catalog_group, ["--gpu", gpu, "--cloud", "aws"])
+        assert code == 0 and "B200×8" in result.output and "T4×" not in result.output, (gpu, result.output)
+    code, result = invoke(cli_plan.catalog_group, ["--gpu", "B20"])
+    assert code == 2 and "did you mean B200" in str(result.exception)

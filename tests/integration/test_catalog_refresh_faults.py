@@ -225,5 +225,6 @@ def test_an_unreadable_quota_answer_is_unknown_never_zero_nor_the_default(filled
     data = json.loads(result.stdout[result.stdout.index("{"):])
     assert not [q for q in data["quotas"] if q["cloud"] == "aws"]  # G and VT: unknown, not AWS's default 0
     unit = next(u for u in data["units"] if u["cloud"] == "aws" and u["region"] == REGION)
-    assert unit["error"].startswith("unreadable answer: ListServiceQuotas answered HTTP 200") and unit["fetched_at"] is None
+    assert unit["error"].startswith("unreadable answer: ListServiceQuotas answered HTTP 200")
+    assert unit["fetched_at"] is None
     assert "ListAWSDefaultServiceQuotas" not in filled["proxies"]["aws-json"].hits
