@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from infra.refresh import cache
+from infra.refresh.bounds import MAX_ATTEMPTS
 from orchestrator.cli import plan as cli_plan
 from orchestrator.errors import DlrunError
 from tests.support.aws_api_server import AwsApis
@@ -228,3 +229,23 @@ def test_an_unreadable_quota_answer_is_unknown_never_zero_nor_the_default(filled
     assert unit["error"].startswith("unreadable answer: ListServiceQuotas answered HTTP 200")
     assert unit["fetched_at"] is None
     assert "ListAWSDefaultServiceQuotas" not in filled["proxies"]["aws-json"].hits
+
+
+def test_a_plan_whose_refresh_meets_a_503_plans_with_the_cached_rows_and_a_note(filled, tmp_path, monkeypatch):
+    import yaml
+
+    monkeypatch.setenv("DLRUN_PLAN_REFRESH_DEADLINE_S", "1.5")
+    age("aws", "spot", REGION)
+    kept = snapshot("aws", "spot", REGION)
+    proxy = filled["proxies"]["ec2"]
+    proxy.inject("DescribeSpotPriceHistory", "http503")
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"name": "t", "job": "cnn", "resources": {"clouds": ["aws"], "regions": [REGION]},
+                                   "workload": {"model": "tests.support.models:TinyCNN", "input_shape": [1, 8, 8],
+                                                "batch_size": 32, "dataset_size": 320, "epochs": 2}}))
+    result = CliRunner().invoke(cli_plan.plan_command, [str(job), "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout[result.stdout.index("{"):])
+    note = next(n for n in plan["notes"] if n.startswith("refresh: 1 source(s) failed, planned with their cached"))
+    assert "aws spot us-east-1: FAILED (unavailable (Unavailable HTTP 503)" in note
+    assert snapshot("aws", "spot", REGION) == kept and proxy.hits["DescribeSpotPriceHistory"] <= 2 * MAX_ATTEMPTS
