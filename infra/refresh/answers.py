@@ -132,7 +132,11 @@ def _google(e: BaseException) -> str | None:
         status = int(e.code or 0)
         if reasons & {"rateLimitExceeded", "userRateLimitExceeded"}:
             status = 429
-        return _by_status(status, "", str(e.message)[:160])
+        import re
+
+        grpc_code = getattr(e, "grpc_status_code", None)
+        code = grpc_code.name if grpc_code is not None else ""
+        return _by_status(status, code, re.sub(r"^(GET|POST) \S+: ", "", str(e.message))[:160])
     if isinstance(e, ParseError):
         return f"unreadable answer: HTTP 200 with a body that is not the JSON expected ({str(e)[:120]})"
     return None
