@@ -77,6 +77,25 @@ def gcp_credentials_configured() -> str | None:
     return None
 
 
+_loader = None  # botocore's parsed service models, shared by every session (static data; a client is ~10x faster)
+_loader_lock = threading.Lock()
+
+
+def _boto_session():
+    """A new boto3 session (credentials as boto3 finds them now) reusing the service models already loaded."""
+    global _loader
+    import boto3
+    import botocore.session
+
+    core = botocore.session.get_session()
+    with _loader_lock:
+        if _loader is None:
+            _loader = core.get_component("data_loader")
+        else:
+            core.register_component("data_loader", _loader)
+    return boto3.Session(botocore_session=core)
+
+
 class AwsClients:
     """boto3 clients per (service, region), made once (clients are thread-safe, sessions are not)."""
 
@@ -94,10 +113,8 @@ class AwsClients:
         with self._lock:
             key = (service, region)
             if key not in self._clients:
-                import boto3
-
                 if self._session is None:
-                    self._session = boto3.Session()
+                    self._session = _boto_session()
                 self._clients[key] = bound_client(self._session.client(
                     service, region_name=region, config=boto_config(self.deadline_s, self.max_attempts)))
             return self._clients[key]

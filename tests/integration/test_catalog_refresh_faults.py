@@ -28,7 +28,7 @@ from tests.support.catalog_world import aws_price_items, aws_types, gcp_world, s
 from tests.support.fault_proxy import FAULTS, FaultProxy
 
 REGION = "us-east-1"
-DEADLINE_S = "1.5"  # each source's deadline in the faulted runs: call timeouts 0.375 s (connect) / 0.75 s (read)
+DEADLINE_S = "1"  # each source's deadline in the faulted runs: call timeouts 0.25 s (connect) / 0.5 s (read)
 
 
 @dataclass(frozen=True)

@@ -158,46 +158,56 @@ class FaultProxy(LocalHttpServer):
             conn.close()
 
 
-def _handler_for(proxy: FaultProxy):
-    class Handler(QuietHandler):
-        protocol_version = "HTTP/1.1"
+class _Handler(QuietHandler):
+    protocol_version = "HTTP/1.1"
+    proxy: FaultProxy
 
-        def _serve(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            op = proxy.operation(self.command, self.path, self.headers, body)
-            with proxy._lock:
-                proxy.hits[op] = proxy.hits.get(op, 0) + 1
-                fault = proxy.faults.get(op)
-            path = self.path
-            if fault in ("http500", "http503", "throttled", "refused"):
-                self.reply(*proxy.error(fault, op))
-            elif fault == "reset":
-                self._reset()
-            elif fault == "read_timeout":
-                proxy._stopping.wait(proxy.hold_s)
-                self._reset()
-            elif fault == "empty":
-                self.reply(200, b"", "application/json" if proxy.protocol != "ec2" else "text/xml;charset=UTF-8")
-            elif fault == "wrong_shape":
-                self.reply(200, *proxy.wrong_shape())
-            else:
-                if fault == "repeat_token":
-                    path, body = proxy.without_token(path, body, self.headers)
-                status, data, ctype = proxy.forward(self.command, path, self.headers, body)
-                if fault == "cut_off" and status == 200:
-                    data = data[:len(data) // 2]
-                elif fault == "repeat_token" and status == 200:
-                    data = proxy.with_token(data)
-                self.reply(status, data, ctype)
-
-        def _reset(self):
-            """Close with a TCP RST, answering nothing."""
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.connection.close()
+    def _serve(self):
+        try:
+            self._answer()
+        except OSError:  # the client gave up first (its read timeout): nothing to answer, nothing to print
             self.close_connection = True
-            self.wfile = io.BytesIO()  # what the handler would still write goes nowhere
+            self.wfile = io.BytesIO()
 
-        do_GET = do_POST = _serve
+    def _answer(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        op = self.proxy.operation(self.command, self.path, self.headers, body)
+        with self.proxy._lock:
+            self.proxy.hits[op] = self.proxy.hits.get(op, 0) + 1
+            fault = self.proxy.faults.get(op)
+        if fault in ("reset", "read_timeout"):
+            if fault == "read_timeout":
+                self.proxy._stopping.wait(self.proxy.hold_s)
+            self._reset()
+        elif fault in ("http500", "http503", "throttled", "refused"):
+            self.reply(*self.proxy.error(fault, op))
+        elif fault == "empty":
+            self.reply(200, b"", "application/json" if self.proxy.protocol != "ec2" else "text/xml;charset=UTF-8")
+        elif fault == "wrong_shape":
+            self.reply(200, *self.proxy.wrong_shape())
+        else:
+            self.reply(*self._forwarded(fault, body))
 
-    return Handler
+    def _forwarded(self, fault: str | None, body: bytes) -> tuple[int, bytes, str]:
+        path = self.path
+        if fault == "repeat_token":
+            path, body = self.proxy.without_token(path, body, self.headers)
+        status, data, ctype = self.proxy.forward(self.command, path, self.headers, body)
+        if fault == "cut_off" and status == 200:
+            data = data[:len(data) // 2]
+        elif fault == "repeat_token" and status == 200:
+            data = self.proxy.with_token(data)
+        return status, data, ctype
 
+    def _reset(self):
+        """Close with a TCP RST, answering nothing."""
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+        self.close_connection = True
+        self.wfile = io.BytesIO()  # what the handler would still write goes nowhere
+
+    do_GET = do_POST = _serve
+
+
+def _handler_for(proxy: FaultProxy):
+    return type("Handler", (_Handler,), {"proxy": proxy})
