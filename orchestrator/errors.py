@@ -2,6 +2,8 @@
 
     0 ok · 1 the job failed · 2 bad input (job file, flags) · 3 nothing fits the budget/deadline
     4 credentials missing or refused (a cloud's, or a Ray head's token) · 5 provisioning failed everywhere
+    6 `dlrun catalog refresh`: some sources failed (their previous rows kept), others were refreshed
+    7 `dlrun catalog refresh`: nothing was refreshed (every source that was due failed)
     130 interrupted (Ctrl-C) · 143 terminated (SIGTERM: the job is cancelled as on Ctrl-C)
 
 Which code a job's end gives: states.EXIT_BY_STATUS (a table keyed by the job status, built from these).
@@ -13,6 +15,8 @@ EXIT_BAD_INPUT = 2
 EXIT_NOTHING_FITS = 3
 EXIT_CREDENTIALS = 4
 EXIT_PROVISIONING = 5
+EXIT_REFRESH_PARTIAL = 6
+EXIT_REFRESH_FAILED = 7
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
 
@@ -51,6 +55,14 @@ class CloudCredentialsError(DlrunError):
 
 class ProvisioningFailedError(DlrunError):
     exit_code = EXIT_PROVISIONING
+
+
+class RefreshPartialError(DlrunError):
+    exit_code = EXIT_REFRESH_PARTIAL
+
+
+class RefreshFailedError(DlrunError):
+    exit_code = EXIT_REFRESH_FAILED
 
 
 class JobFailedError(DlrunError):

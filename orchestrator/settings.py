@@ -59,8 +59,14 @@ SETTINGS: tuple[Setting, ...] = (
     _env("DLRUN_CATALOG_REFRESH", str, "on", "`off`: a plan never reads prices from the clouds by itself"),
     _env("DLRUN_AWS_PRICING_REGION", str, "us-east-1", "the AWS Price List endpoint's region (us-east-1, "
          "eu-central-1 or ap-south-1)"),
+    _env("DLRUN_REFRESH_DEADLINE_S", float, "60", "seconds each price, offer or quota source may take in `dlrun "
+         "catalog refresh` / `quotas`, retries included"),
+    _env("DLRUN_PLAN_REFRESH_DEADLINE_S", float, "5", "the same for what a plan reads by itself (then it plans "
+         "with the cached rows and a note)"),
     _env("DLRUN_GCP_API_ENDPOINT", str, None, "a Compute Engine endpoint (Private Service Connect, an emulator)"),
     _env("DLRUN_GCP_BILLING_ENDPOINT", str, None, "a Cloud Billing catalog endpoint (private, an emulator)"),
+    _env("DLRUN_GCP_EMULATOR", str, None, "`1`: DLRUN_GCP_API_ENDPOINT and DLRUN_GCP_BILLING_ENDPOINT are "
+         "emulators, called without credentials (else they get yours)"),
     _env("DLRUN_GCP_BILLING_API_KEY", str, None, "an API key for the Cloud Billing catalog instead of "
          "credentials"),
     _env("DLRUN_GCP_IAM_ENDPOINT", str, None, "an IAM endpoint (an emulator)"),

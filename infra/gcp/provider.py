@@ -42,6 +42,7 @@ from infra.gcp.storage import account_email, account_id
 from infra.gcp.teardown import GcpTeardown
 from infra.gcp.zones import zones_for
 from infra.identity import owner_identity
+from infra.refresh.clients import gcp_emulated
 from infra.vm.bootstrap import startup_script
 from infra.vm.keys import ensure_cluster_key, key_path
 from infra.vm.provider import Created, Found, VmProvider, local_ray_version
@@ -59,7 +60,8 @@ class GcpProvider(GcpTeardown, VmProvider[GcpPrepared]):
     def __init__(self, project: str | None = None, credentials=None, api_endpoint: str | None = None,
                  ssh_cidr: str | None = None, zones: dict[str, list[str]] | None = None,
                  storage_endpoint: str | None = None, iam_endpoint: str | None = None, sleep=time.sleep):
-        # DLRUN_GCP_API_ENDPOINT points the client at a Compute Engine emulator (the tests' fake server)
+        # DLRUN_GCP_API_ENDPOINT points the client at another Compute Engine endpoint (Private Service Connect, or an
+        # emulator when DLRUN_GCP_EMULATOR=1: then without credentials)
         api_endpoint = api_endpoint or os.environ.get("DLRUN_GCP_API_ENDPOINT") or None
         self._project, self._credentials, self.api_endpoint = project, credentials, api_endpoint
         # ... and these the checkpoint bucket's Cloud Storage and IAM calls (infra/gcp/launch_storage.py)
@@ -87,8 +89,9 @@ class GcpProvider(GcpTeardown, VmProvider[GcpPrepared]):
             return self._clients
         credentials, default_project, options = self._credentials, None, None
         if self.api_endpoint:
-            credentials = credentials or AnonymousCredentials()
             options = ClientOptions(api_endpoint=self.api_endpoint)
+        if credentials is None and self.api_endpoint and gcp_emulated():
+            credentials = AnonymousCredentials()  # an emulator (DLRUN_GCP_EMULATOR=1); an endpoint alone is Google's
         elif credentials is None:
             try:
                 credentials, default_project = google.auth.default(

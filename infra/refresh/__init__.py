@@ -7,6 +7,8 @@ not collide with the parallel work in infra/aws/ and infra/gcp/ (issue 24); movi
     sources.py      per cloud: its price kinds, credentials check, clients, quota reads (one table)
     cache.py        $DLRUN_HOME/catalog/*.json: every unit (cloud, kind, region) with its fetch time,
                     source and status; lifetimes per kind; a unit that fails keeps its previous rows
+    bounds.py       each source's deadline, the calls' timeouts, boto3's adaptive retries, google's Retry
+    answers.py      what an answer must hold (ShapeError, UnreadableAnswer) and a failure in one line
     quotas.py       the Quota record, which quotas an offer draws on, and whether it can launch now
     credentials.py  whether a cloud's credentials are configured at all (cheaply, no network)
     aws_buckets.py  EC2 instance type -> vCPU quota code and name (a view of infra/aws/quotas.py)

@@ -5,15 +5,22 @@ AWS: a boto3 session (AWS_PROFILE, keys, ~/.aws; AWS_ENDPOINT_URL and AWS_ENDPOI
 boto3's own settings for private endpoints and emulators). The Price List Query API is served only in
 us-east-1, eu-central-1 and ap-south-1; DLRUN_AWS_PRICING_REGION picks one (default us-east-1).
 GCP: application default credentials and GOOGLE_CLOUD_PROJECT (or the ADC's project);
-DLRUN_GCP_API_ENDPOINT points Compute Engine calls at an emulator (anonymous credentials, like the
-provider), DLRUN_GCP_BILLING_ENDPOINT the Cloud Billing Catalog calls (default
-https://cloudbilling.googleapis.com); DLRUN_GCP_BILLING_API_KEY is an API key for it instead of ADC.
+DLRUN_GCP_API_ENDPOINT points Compute Engine calls elsewhere (Private Service Connect, an emulator),
+DLRUN_GCP_BILLING_ENDPOINT the Cloud Billing Catalog calls (default https://cloudbilling.googleapis.com);
+both still carry the user's credentials unless DLRUN_GCP_EMULATOR=1 says they are emulators (then anonymous);
+DLRUN_GCP_BILLING_API_KEY is an API key for the billing catalog instead of credentials.
+
+Every client is bounded (infra/refresh/bounds.py): `deadline_s` is each source's deadline, from which the
+calls' timeouts follow; boto3 clients retry in adaptive mode, google's calls get an explicit Retry and timeout.
 """
 from __future__ import annotations
 
 import os
 import threading
 from pathlib import Path
+
+from infra.refresh.answers import BillingError, ShapeError, UnreadableAnswer
+from infra.refresh.bounds import MAX_ATTEMPTS, Deadline, boto_config, bound_client, call_timeouts, gcp_retry
 
 PRICING_REGIONS = ("us-east-1", "eu-central-1", "ap-south-1")
 
@@ -56,34 +63,60 @@ def _adc_file() -> Path | None:
     return p if p.is_file() else None
 
 
+def gcp_emulated() -> bool:
+    """DLRUN_GCP_EMULATOR=1: the endpoints DLRUN_GCP_API_ENDPOINT / _BILLING_ENDPOINT name are emulators, called
+    without credentials; otherwise they are Google's APIs elsewhere and get the user's credentials."""
+    return os.environ.get("DLRUN_GCP_EMULATOR", "").lower() in ("1", "on", "yes", "true")
+
+
 def gcp_credentials_configured() -> str | None:
-    if not (os.environ.get("DLRUN_GCP_API_ENDPOINT") or _adc_file()):
+    if not (gcp_emulated() or _adc_file()):
         return "no GCP application default credentials (gcloud auth application-default login)"
     if not gcp_project():
         return "no GCP project configured (set GOOGLE_CLOUD_PROJECT)"
     return None
 
 
+_loader = None  # botocore's parsed service models, shared by every session (static data; a client is ~10x faster)
+_loader_lock = threading.Lock()
+
+
+def _boto_session():
+    """A new boto3 session (credentials as boto3 finds them now) reusing the service models already loaded."""
+    global _loader
+    import boto3
+    import botocore.session
+
+    core = botocore.session.get_session()
+    with _loader_lock:
+        if _loader is None:
+            _loader = core.get_component("data_loader")
+        else:
+            core.register_component("data_loader", _loader)
+    return boto3.Session(botocore_session=core)
+
+
 class AwsClients:
     """boto3 clients per (service, region), made once (clients are thread-safe, sessions are not)."""
 
-    def __init__(self, session=None, max_attempts: int = 4):
+    def __init__(self, session=None, max_attempts: int = MAX_ATTEMPTS, deadline_s: float = 60.0,
+                 deadline_setting: str = "DLRUN_REFRESH_DEADLINE_S"):
         self._session, self._clients, self._lock = session, {}, threading.Lock()
-        self.max_attempts = max_attempts  # botocore's standard retry mode: throttling is retried with backoff
+        self.max_attempts = max_attempts  # botocore's adaptive retry mode: tries of one call in all
+        self.deadline_s, self.deadline_setting = deadline_s, deadline_setting
+
+    def deadline(self) -> Deadline:
+        """A new source's deadline."""
+        return Deadline(self.deadline_s, self.deadline_setting)
 
     def client(self, service: str, region: str):
         with self._lock:
             key = (service, region)
             if key not in self._clients:
-                import boto3
-                from botocore.config import Config
-
                 if self._session is None:
-                    self._session = boto3.Session()
-                self._clients[key] = self._session.client(
-                    service, region_name=region,
-                    config=Config(retries={"mode": "standard", "max_attempts": self.max_attempts}, connect_timeout=5,
-                                  read_timeout=30, max_pool_connections=32))
+                    self._session = _boto_session()
+                self._clients[key] = bound_client(self._session.client(
+                    service, region_name=region, config=boto_config(self.deadline_s, self.max_attempts)))
             return self._clients[key]
 
     @property
@@ -95,7 +128,8 @@ class GcpClients:
     """google-cloud-compute REST clients and an HTTP session for the Cloud Billing Catalog API."""
 
     def __init__(self, project: str | None = None, credentials=None, api_endpoint: str | None = None,
-                 billing_endpoint: str | None = None, api_key: str | None = None):
+                 billing_endpoint: str | None = None, api_key: str | None = None, deadline_s: float = 60.0,
+                 deadline_setting: str = "DLRUN_REFRESH_DEADLINE_S"):
         self.api_endpoint = api_endpoint or os.environ.get("DLRUN_GCP_API_ENDPOINT") or None
         self.billing_endpoint = (billing_endpoint or os.environ.get("DLRUN_GCP_BILLING_ENDPOINT")
                                  or "https://cloudbilling.googleapis.com").rstrip("/")
@@ -104,6 +138,35 @@ class GcpClients:
         self._clients: dict[str, object] = {}
         self._lock = threading.Lock()
         self._session = None
+        self.deadline_s, self.deadline_setting = deadline_s, deadline_setting
+
+    def deadline(self) -> Deadline:
+        return Deadline(self.deadline_s, self.deadline_setting)
+
+    def call(self, deadline: Deadline) -> dict:
+        """The retry= and timeout= of one google-cloud-compute call under this source's deadline."""
+        deadline.check()
+        return {"retry": gcp_retry(deadline), "timeout": call_timeouts(self.deadline_s)[1]}
+
+    def pages(self, client: str, method: str, request: dict, kind: str, deadline: Deadline):
+        """Every page of a google-cloud-compute list (`client`.`method`), each call with its own retry= and
+        timeout= under the deadline; each page must be a `kind` (GCE names every answer: compute#regionList)
+        and no page token may come back (a listing that repeats a page would never end)."""
+        what, token, seen = f"compute.{method}", "", set()
+        while True:
+            pager = getattr(self.compute(client), method)(
+                request={**request, **({"page_token": token} if token else {})}, **self.call(deadline))
+            page = next(iter(pager.pages))
+            if page.kind != kind:
+                raise ShapeError(f"{what} answered {page.kind or 'no kind'!r}, not a {kind}")
+            yield page
+            token = page.next_page_token
+            if not token:
+                return
+            if token in seen:
+                raise ShapeError(f"{what} answered the page token {token[:40]!r} a second time (the listing "
+                                 "would never end)")
+            seen.add(token)
 
     @property
     def project(self) -> str:
@@ -111,7 +174,7 @@ class GcpClients:
 
     def _creds(self):
         if self._credentials is None:
-            if self.api_endpoint:
+            if gcp_emulated():
                 from google.auth.credentials import AnonymousCredentials
 
                 self._credentials = AnonymousCredentials()
@@ -135,13 +198,14 @@ class GcpClients:
                                                                transport="rest")
             return self._clients[name]
 
-    def billing_get(self, path: str, params: dict) -> dict:
-        """GET a Cloud Billing Catalog path (API key or ADC), JSON out; HTTP errors raise BillingError."""
+    def billing_get(self, path: str, params: dict, deadline: Deadline) -> dict:
+        """GET a Cloud Billing Catalog path (API key or ADC), its JSON object out, transient errors retried
+        until the deadline; HTTP errors raise BillingError, a body that is not a JSON object UnreadableAnswer."""
         import requests
 
         with self._lock:
             if self._session is None:
-                if self.api_key or self.api_endpoint:  # an API key, or the emulators (anonymous)
+                if self.api_key or gcp_emulated():  # an API key, or the emulators (anonymous)
                     self._session = requests.Session()
                 else:
                     from google.auth.transport.requests import AuthorizedSession
@@ -149,13 +213,23 @@ class GcpClients:
                     self._session = AuthorizedSession(self._creds())
         if self.api_key:
             params = {**params, "key": self.api_key}
-        r = self._session.get(f"{self.billing_endpoint}/{path.lstrip('/')}", params=params, timeout=60)
-        if r.status_code != 200:
-            raise BillingError(r.status_code, r.text[:300])
-        return r.json()
+        url = f"{self.billing_endpoint}/{path.lstrip('/')}"
+        session = self._session
 
+        def once() -> dict:
+            deadline.check()
+            r = session.get(url, params=params, timeout=call_timeouts(self.deadline_s))
+            if r.status_code != 200:
+                raise BillingError(r.status_code, r.text[:300])
+            if not r.content.strip():
+                raise UnreadableAnswer("services.skus.list answered HTTP 200 with an empty body")
+            try:
+                body = r.json()
+            except ValueError:
+                raise UnreadableAnswer(f"services.skus.list answered HTTP 200 with {len(r.content)} bytes that "
+                                       "are not JSON (cut off?)") from None
+            if not isinstance(body, dict):
+                raise ShapeError(f"services.skus.list answered a JSON {type(body).__name__}, not an object")
+            return body
 
-class BillingError(Exception):
-    def __init__(self, status: int, body: str):
-        super().__init__(f"HTTP {status}: {body}")
-        self.status = status
+        return gcp_retry(deadline)(once)()

@@ -20,7 +20,7 @@ QuotaRead = Callable[[], dict[str, Unit]]   # one call to the cloud: region -> i
 class CloudSources:
     kinds: tuple[str, ...]                       # its kinds of price source (cache.py units)
     credentials: Callable[[], str | None]        # None when configured, else why not (no network)
-    clients: Callable[[], Any]                   # the shared clients its readers take
+    clients: Callable[..., Any]                  # the shared clients its readers take (deadline_s=)
     quota_units: frozenset[str]                  # units read besides a plan's regions
     quota_reads: Callable[[Any, list[str]], list[QuotaRead]]   # the calls that read these stale units
     regional_prices: bool                        # a price source per region, rather than one list

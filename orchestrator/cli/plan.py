@@ -124,20 +124,23 @@ def catalog_group(ctx, gpu, cloud, region):
         return
     from rich.table import Table
 
-    from infra.catalog import canonical_gpu, load_offers
+    from infra.catalog import load_offers
 
     all_offers = load_offers()
-    want = _known_gpu(gpu) if gpu else None
+    want, count = _known_gpu(gpu, all_offers) if gpu else (None, None)
     if region:
         _known_region(region, cloud, all_offers)
-    offers = [o for o in all_offers if (cloud is None or o.cloud == cloud)
-              and (want is None or (o.accelerator and canonical_gpu(o.accelerator) == want))
+
+    def has_gpu(o) -> bool:
+        return want is None or (bool(o.accelerator) and _gpu_key(o.accelerator) == want
+                                and (count is None or o.accelerator_count == count))
+
+    offers = [o for o in all_offers if (cloud is None or o.cloud == cloud) and has_gpu(o)
               and (region is None or o.region == region)]
     if not offers:  # each filter is known, their combination is not offered: say where it is
-        where = sorted({f"{o.cloud} {o.region}" for o in all_offers if want is None or
-                        (o.accelerator and canonical_gpu(o.accelerator) == want)})
-        click.echo(f"no catalog offer has {_filters(want, cloud, region)}; "
-                   f"{want or 'offers'} {'is' if want else 'are'} offered in: {', '.join(where)}", err=True)
+        where = sorted({f"{o.cloud} {o.region}" for o in all_offers if has_gpu(o)})
+        click.echo(f"no catalog offer has {_filters(gpu if want else None, cloud, region)}; "
+                   f"{gpu if want else 'offers'} {'is' if want else 'are'} offered in: {', '.join(where)}", err=True)
         return
     table = Table(title=f"catalog: {plural(len(offers), 'offer')}")
     for col in ("cloud", "region", "instance", "GPU", "GPU GB", "vCPU", "RAM GB", "$/h", "spot $/h",
@@ -161,14 +164,31 @@ def _suggest(word: str, known: list[str]) -> str:
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
-def _known_gpu(gpu: str) -> str:
+def _gpu_key(name: str) -> str:
+    """A GPU's name as the filter compares it: gpus.csv's canonical name (aliases folded), else the offer's own
+    (a GPU type a refresh found that gpus.csv does not list yet, e.g. B200), upper-cased."""
+    from infra.catalog import canonical_gpu
+
+    return canonical_gpu(name) or name.upper()
+
+
+def _known_gpu(gpu: str, offers) -> tuple[str, int | None]:
+    """--gpu: any GPU `dlrun catalog` prints (gpus.csv's, or an offer's), optionally with its count as printed
+    (B200×8, B200x8, B200:8)."""
+    import re
+
+    m = re.fullmatch(r"(.+?)(?:\s*[×xX:]\s*(\d+))?", gpu.strip())
+    name, count = (m.group(1), int(m.group(2)) if m.group(2) else None) if m else (gpu, None)
+    offered = {_gpu_key(o.accelerator) for o in offers if o.accelerator}
+    for candidate, n in ((name, count), (gpu.strip(), None)):  # "MI300X" is a name, not MI300 x nothing
+        if _gpu_key(candidate) in offered:
+            return _gpu_key(candidate), n
     from infra.catalog import canonical_gpu, gpu_names
 
-    want = canonical_gpu(gpu)
-    if want is None:
-        names = gpu_names()
-        raise UsageError(f"--gpu: unknown GPU '{gpu}'{_suggest(gpu.upper(), names)} (known: {', '.join(names)})")
-    return want
+    if canonical_gpu(name) is not None:  # known, offered nowhere: the caller says so
+        return _gpu_key(name), count
+    names = list(dict.fromkeys([*gpu_names(), *sorted(offered)]))
+    raise UsageError(f"--gpu: unknown GPU '{gpu}'{_suggest(name.upper(), names)} (known: {', '.join(names)})")
 
 
 def _known_region(region: str, cloud: str | None, offers) -> None:
@@ -192,9 +212,12 @@ def _filters(gpu, cloud, region) -> str:
 @click.option("--cloud", "clouds", type=click.Choice(CATALOG_CLOUDS), multiple=True, help="default: both")
 @click.option("--region", "regions", multiple=True, help="AWS region(s); default: every region the account has enabled")
 @click.option("--stale-only", is_flag=True, help="fetch only what is older than its lifetime (what a plan does)")
-def catalog_refresh_command(clouds, regions, stale_only):
-    """Read prices, offers and GPU types from the clouds' own APIs (every source in parallel; a source
-    that fails keeps what it had and says so)."""
+@click.option("--json", "as_json", is_flag=True, help="print each source's outcome as JSON")
+def catalog_refresh_command(clouds, regions, stale_only, as_json):
+    """Read prices, offers and GPU types from the clouds' own APIs (every source in parallel, each within
+    DLRUN_REFRESH_DEADLINE_S; a source that fails keeps what it had and says so). Exit 0: nothing failed;
+    6: some sources failed, others were refreshed; 7: nothing was refreshed; 4: the clouds refused the
+    credentials (or none are configured)."""
     from orchestrator.planning.catalog_refresh import refresh_catalog
     from infra.catalog import refreshed_offers_path
 
@@ -205,14 +228,43 @@ def catalog_refresh_command(clouds, regions, stale_only):
         click.echo(f"{cloud}: not refreshed: {why}", err=True)
     for r in report.failed:
         click.echo(r.line(), err=True)
-    fetched = [r for r in report.results if r.status == "fetched"]
     regions_text = ", ".join(f"{c} {n} regions" for c, n in report.regions.items() if n)
-    click.echo(f"{plural(len(fetched), 'source')} fetched, {len(report.failed)} failed in {report.seconds:.1f} s: "
-               f"{plural(report.offers, 'offer')} ({regions_text or 'none'}) in {refreshed_offers_path()}")
-    if len(report.skipped) == len(clouds):
-        from orchestrator.errors import CloudCredentialsError
+    summary = (f"{plural(len(report.fetched), 'source')} fetched, {len(report.failed)} failed in "
+               f"{report.seconds:.1f} s: {plural(report.offers, 'offer')} ({regions_text or 'none'}) in "
+               f"{refreshed_offers_path()}")
+    if as_json:
+        click.echo(json.dumps(_refresh_json(report), indent=2))
+    click.echo(summary, err=as_json)
+    _refresh_exit(report, clouds)
 
+
+def _refresh_json(report) -> dict:
+    from orchestrator.cli.render.summary import iso_time
+
+    return {"outcome": report.outcome if report.results or not report.skipped else "skipped",
+            "sources": [{"cloud": r.cloud, "kind": r.kind, "region": r.region, "ok": r.ok, "status": r.status,
+                         "rows": r.rows, "error": r.error or None, "fetched_at": iso_time(r.fetched_at or None)}
+                        for r in report.results],
+            "skipped": report.skipped, "offers": report.offers, "seconds": round(report.seconds, 2)}
+
+
+def _refresh_exit(report, clouds) -> None:
+    """The exit code of a refresh (README's table): a cloud without credentials counts only when every cloud
+    asked for has none."""
+    from orchestrator.errors import CloudCredentialsError, RefreshFailedError, RefreshPartialError
+
+    if len(report.skipped) == len(clouds):
         raise CloudCredentialsError("nothing refreshed: " + "; ".join(f"{c}: {w}" for c, w in report.skipped.items()))
+    failed = len(report.failed)
+    kept = "their previous rows are kept (see the lines above)"
+    if report.outcome == "partial":
+        raise RefreshPartialError(f"catalog refresh: {plural(failed, 'source')} of "
+                                  f"{failed + len(report.fetched)} failed; {kept}")
+    if report.outcome == "refused":
+        raise CloudCredentialsError(f"catalog refresh: nothing refreshed, the cloud refused the credentials of "
+                                    f"{plural(failed, 'source')} ({report.failed[0].error}); {kept}")
+    if report.outcome == "nothing":
+        raise RefreshFailedError(f"catalog refresh: nothing refreshed, {plural(failed, 'source')} failed; {kept}")
 
 
 @catalog_group.command("quotas")
@@ -223,9 +275,10 @@ def catalog_refresh_command(clouds, regions, stale_only):
 @click.option("--json", "as_json", is_flag=True)
 def catalog_quotas_command(cloud, regions, show_all, as_json):
     """This account's quotas that decide what dlrun can launch (read now when older than an hour)."""
-    from orchestrator.planning.catalog_refresh import quota_book
+    from orchestrator.planning.catalog_refresh import COMMAND_DEADLINE, quota_book
 
-    book = quota_book(_quota_regions(cloud, regions), progress=lambda line: click.echo(line, err=True))
+    book = quota_book(_quota_regions(cloud, regions), progress=lambda line: click.echo(line, err=True),
+                      deadline=COMMAND_DEADLINE)
     quotas = _shown_quotas(book, regions, show_all)
     if as_json:
         click.echo(_quotas_json(book, quotas))
@@ -261,10 +314,10 @@ def _shown_quotas(book: QuotaBook, regions: tuple[str, ...], show_all: bool) -> 
 
 
 def _quotas_json(book: QuotaBook, quotas: list[Quota]) -> str:
-    from infra.refresh.cache import stamp
+    from orchestrator.cli.render.summary import iso_time
 
-    units = [{"cloud": u.cloud, "region": u.region, "fetched_at": stamp(u.fetched_at), "source": u.source,
-              "error": u.error} for u in book.units.values()]
+    units = [{"cloud": u.cloud, "region": u.region, "fetched_at": iso_time(u.fetched_at or None), "source": u.source,
+              "error": u.error or None} for u in book.units.values()]
     return json.dumps({"quotas": [q.__dict__ for q in quotas], "units": units, "unchecked": book.unchecked},
                       indent=2)
 

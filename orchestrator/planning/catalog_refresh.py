@@ -7,6 +7,10 @@ the caller gives (a plan: an hour; a launch: LAUNCH_QUOTA_AGE_S), all regions in
 Prices: every source (per cloud, kind and region) is fetched when older than its lifetime, or always
 (`dlrun catalog refresh`); $DLRUN_HOME/catalog/offers.csv, spot_zones.csv and gcp_gpu_zones.csv are then
 rebuilt from the cache, and catalog.load_offers applies them over the shipped snapshot per region.
+
+Every source has a deadline (infra/refresh/bounds.py): DLRUN_REFRESH_DEADLINE_S for `dlrun catalog refresh`
+and `dlrun catalog quotas`, DLRUN_PLAN_REFRESH_DEADLINE_S for what a plan reads by itself (it then plans with
+the cached rows and a note). RefreshReport.outcome says how a refresh went as a whole (the exit code).
 """
 from __future__ import annotations
 
@@ -19,9 +23,19 @@ from functools import partial
 from typing import Any
 
 from infra.refresh import cache
+from infra.refresh.answers import is_refusal
 from infra.refresh.quotas import QuotaBook
 from infra.refresh.sources import SOURCES
 from infra.spot_zones import home_zone_prices_path
+from orchestrator.settings import env_float
+
+COMMAND_DEADLINE = "DLRUN_REFRESH_DEADLINE_S"     # a source's deadline in `dlrun catalog refresh` / `quotas`
+PLAN_DEADLINE = "DLRUN_PLAN_REFRESH_DEADLINE_S"   # ... in what a plan reads by itself
+
+
+def make_clients(cloud: str, deadline: str):
+    """The cloud's clients, every source they read bound by the deadline the setting `deadline` gives."""
+    return SOURCES[cloud].clients(deadline_s=env_float(deadline), deadline_setting=deadline)
 
 WORKERS = 16
 # the clouds whose APIs dlrun reads prices and quotas from, with the kinds of price source each has
@@ -31,10 +45,12 @@ KINDS = {cloud: source.kinds for cloud, source in SOURCES.items()}
 # ---- quotas -----------------------------------------------------------------------------------------
 
 def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None,
-               clients: dict[str, Any] | None = None, progress=None, fetch: bool = True) -> QuotaBook:
+               clients: dict[str, Any] | None = None, progress=None, fetch: bool = True,
+               deadline: str = PLAN_DEADLINE) -> QuotaBook:
     """The quotas of these (cloud -> regions), read again where older than max_age_s (default: the kind's
-    lifetime), in parallel; `clients` (cloud -> its clients) replaces the default ones. A cloud without
-    credentials is "not checked", with the reason."""
+    lifetime), in parallel; `clients` (cloud -> its clients) replaces the default ones, each source bound by
+    the setting `deadline` (a plan's by default). A cloud without credentials is "not checked", with the
+    reason."""
     book = QuotaBook()
     jobs: list[tuple[str, list[str]]] = []
     for cloud, wanted in regions.items():
@@ -58,7 +74,7 @@ def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None,
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         for cloud, stale in jobs:
             source = SOURCES[cloud]
-            made = given.get(cloud) or source.clients()
+            made = given.get(cloud) or make_clients(cloud, deadline)
             futures += [(cloud, pool.submit(read)) for read in source.quota_reads(made, stale)]
         results: dict[str, dict[str, cache.Unit]] = {}
         for cloud, f in futures:
@@ -103,12 +119,17 @@ def stale_refreshed(clouds) -> tuple[tuple[str, ...], list[str]]:
 @dataclass
 class SourceResult:
     cloud: str
-    kind: str
+    kind: str            # a cache kind, or "regions" (AWS's list of the account's regions)
     region: str
     status: str          # fetched | kept (failed: previous rows kept) | failed (nothing to keep) | fresh
     rows: int = 0
     age_s: float = 0.0
     error: str = ""
+    fetched_at: float = 0.0  # when the rows it has now were fetched (0: never)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("fetched", "fresh")
 
     def line(self) -> str:
         what = f"{self.cloud} {self.kind}{'' if self.region in ('global', '') else ' ' + self.region}"
@@ -116,15 +137,18 @@ class SourceResult:
             return f"{what}: {self.rows} rows fetched"
         if self.status == "fresh":
             return f"{what}: fresh ({cache.age_words(self.age_s)} old), not fetched"
+        if self.kind == "regions":
+            return f"{what}: FAILED ({self.error}); no region read again, each keeps the rows it had"
         if self.status == "kept":
-            return f"{what}: FAILED ({self.error}); kept the rows fetched {cache.age_words(self.age_s)} ago"
+            return (f"{what}: FAILED ({self.error}); kept the {self.rows} rows fetched "
+                    f"{cache.age_words(self.age_s)} ago")
         return f"{what}: FAILED ({self.error}); nothing fetched before: the snapshot stands"
 
 
 @dataclass
 class RefreshReport:
     results: list[SourceResult] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)   # cloud -> why it was not refreshed
+    skipped: dict[str, str] = field(default_factory=dict)   # cloud -> why it was not refreshed (no credentials)
     offers: int = 0
     regions: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
@@ -133,6 +157,20 @@ class RefreshReport:
     def failed(self) -> list[SourceResult]:
         return [r for r in self.results if r.status in ("kept", "failed")]
 
+    @property
+    def fetched(self) -> list[SourceResult]:
+        return [r for r in self.results if r.status == "fetched"]
+
+    @property
+    def outcome(self) -> str:
+        """ok (nothing failed) | partial (some sources failed, others were fetched) | refused (nothing
+        fetched, and the clouds refused the credentials of every failed source) | nothing (nothing fetched)."""
+        if not self.failed:
+            return "ok"
+        if self.fetched:
+            return "partial"
+        return "refused" if all(is_refusal(r.error) for r in self.failed) else "nothing"
+
 
 Read = Callable[[], None]  # one call to a cloud's API, its result recorded
 
@@ -140,8 +178,9 @@ Read = Callable[[], None]  # one call to a cloud's API, its result recorded
 class _Refresh:
     """One refresh: which sources are due (past their lifetime, or all when forced) and what each gave."""
 
-    def __init__(self, max_age: dict | None):
+    def __init__(self, max_age: dict | None, deadline: str):
         self.report, self._lock = RefreshReport(), threading.Lock()
+        self.deadline = deadline
         self._plan = max_age is None  # a plan's refresh: a source that failed lately is not tried every time
         self._ages = {k: cache.LIFETIME_S[k] if max_age is None else max_age.get(k, 0.0) for k in cache.LIFETIME_S}
 
@@ -149,12 +188,14 @@ class _Refresh:
         """Whether this source is fetched; one that is not says why in the report."""
         u = (units or cache.load(cloud, kind)).get(region)
         if u is not None and u.fetched_at and u.fresh(self._ages[kind]):
-            self.report.results.append(SourceResult(cloud, kind, region, "fresh", len(u.rows), u.age_s()))
+            self.report.results.append(SourceResult(cloud, kind, region, "fresh", len(u.rows), u.age_s(),
+                                                    fetched_at=u.fetched_at))
             return False
         if u is not None and self._plan and u.failed_recently():
             tried = cache.age_words(time.time() - u.tried_at)
             self.report.results.append(SourceResult(cloud, kind, region, "kept" if u.fetched_at else "failed",
-                                                    len(u.rows), u.age_s(), f"{u.error}, {tried} ago"))
+                                                    len(u.rows), u.age_s(), f"{u.error}, {tried} ago",
+                                                    u.fetched_at))
             return False
         return True
 
@@ -165,23 +206,29 @@ class _Refresh:
             for region, unit in fresh.items():
                 m = merged[region]
                 if not unit.error:
-                    self.report.results.append(SourceResult(cloud, kind, region, "fetched", len(unit.rows)))
+                    self.report.results.append(SourceResult(cloud, kind, region, "fetched", len(unit.rows),
+                                                            fetched_at=unit.fetched_at))
                 else:
                     self.report.results.append(SourceResult(cloud, kind, region, "kept" if m.fetched_at else "failed",
-                                                            len(m.rows), m.age_s(), unit.error))
+                                                            len(m.rows), m.age_s(), unit.error, m.fetched_at))
+
+    def failed_regions(self, cloud: str, error: str) -> None:
+        """The cloud's list of regions could not be read: no region is read again."""
+        with self._lock:
+            self.report.results.append(SourceResult(cloud, "regions", "global", "failed", error=error))
 
     def fetch(self, cloud: str, kind: str, region: str, read: Callable[[], cache.Unit]) -> None:
         self.record(cloud, kind, {region: read()})
 
 
 def refresh_catalog(clouds=tuple(KINDS), regions: list[str] | None = None, *, max_age: dict | None = None,
-                    aws=None, gcp=None, progress=None) -> RefreshReport:
+                    aws=None, gcp=None, progress=None, deadline: str = COMMAND_DEADLINE) -> RefreshReport:
     """Fetch what is older than its lifetime (max_age: kind -> seconds; {} forces everything) from the
-    clouds' APIs, every source in parallel; then rebuild $DLRUN_HOME/catalog/offers.csv and the zone tables.
-    A source that fails keeps its previous rows and says so; a cloud without credentials is skipped.
-    aws, gcp: the clients to read with (default: SOURCES' own)."""
+    clouds' APIs, every source in parallel, each within the deadline the setting `deadline` gives; then
+    rebuild $DLRUN_HOME/catalog/offers.csv and the zone tables. A source that fails keeps its previous rows
+    and says so; a cloud without credentials is skipped. aws, gcp: the clients to read with."""
     started = time.time()
-    run = _Refresh(max_age)
+    run = _Refresh(max_age, deadline)
     given = {"aws": aws, "gcp": gcp}
     reads: list[Read] = []
     for cloud, cloud_reads in CLOUD_READS.items():
@@ -191,7 +238,7 @@ def refresh_catalog(clouds=tuple(KINDS), regions: list[str] | None = None, *, ma
         if why:
             run.report.skipped[cloud] = why
             continue
-        reads += cloud_reads(run, given[cloud] or SOURCES[cloud].clients(), regions, progress)
+        reads += cloud_reads(run, given[cloud] or make_clients(cloud, deadline), regions, progress)
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         for f in [pool.submit(read) for read in reads]:
             f.result()
@@ -204,11 +251,14 @@ def _aws_reads(run: _Refresh, aws, regions: list[str] | None, progress) -> list[
     """Per region (those asked for, else every region the account has enabled): _aws_region, and the
     region's on-demand prices beside it."""
     from infra.refresh import aws_prices
+    from infra.refresh.answers import describe
+    from infra.refresh.bounds import running
 
     try:
-        aws_regions = regions_for_aws(aws, regions)
-    except Exception as e:  # noqa: BLE001 — describe_regions refused: nothing to refresh
-        run.report.skipped["aws"] = f"describe_regions failed: {type(e).__name__}: {str(e)[:120]}"
+        with running(aws.deadline()):
+            aws_regions = regions_for_aws(aws, regions)
+    except Exception as e:  # noqa: BLE001 — describe_regions failed: no region to read
+        run.failed_regions("aws", describe(e))
         return []
     if progress and aws_regions:
         progress(f"refreshing aws: {len(aws_regions)} regions (prices, spot, offerings, specs)")

@@ -77,8 +77,9 @@ def refresh_stale(clouds, progress) -> list[str]:
     """Before choosing: for each cloud dlrun has refreshed before, fetch what is past its lifetime (specs a
     week, on-demand prices and offerings a day, spot prices an hour), with a progress line, or say why not.
     A cloud never refreshed keeps the shipped snapshot (`dlrun catalog refresh` reads it the first time).
-    Returns notes; the first is "refreshed" when the offers changed."""
-    from orchestrator.planning.catalog_refresh import refresh_catalog, stale_refreshed
+    Each source gets DLRUN_PLAN_REFRESH_DEADLINE_S (a few seconds); one that fails or runs out of time keeps its
+    cached rows and is named in a note. Returns notes; the first is "refreshed" when the offers changed."""
+    from orchestrator.planning.catalog_refresh import PLAN_DEADLINE, refresh_catalog, stale_refreshed
     from orchestrator.settings import env_str
 
     if env_str(REFRESH_ENV).lower() in ("off", "0", "no", "false"):
@@ -86,12 +87,12 @@ def refresh_stale(clouds, progress) -> list[str]:
     stale, regions = stale_refreshed(clouds)
     if not stale:
         return []
-    report = refresh_catalog(stale, regions or None, progress=progress)
+    report = refresh_catalog(stale, regions or None, progress=progress, deadline=PLAN_DEADLINE)
     notes = ["refreshed"]
     for cloud, why in report.skipped.items():
         notes.append(f"{cloud} prices are past their lifetime and were not refreshed: {why}")
     if report.failed:
-        notes.append(f"refresh: {len(report.failed)} source(s) failed and kept their previous rows "
+        notes.append(f"refresh: {len(report.failed)} source(s) failed, planned with their cached rows "
                      f"(e.g. {report.failed[0].line()})")
     return notes
 

@@ -38,6 +38,8 @@ class Candidate:
         return self.offer.cloud
 
     def to_json(self) -> dict:
+        from orchestrator.cli.render.summary import iso_time  # every --json time: ISO 8601 with its UTC offset
+
         o = self.offer
         return {"key": o.key, "cloud": o.cloud, "region": o.region, "instance_type": o.instance_type,
                 "accelerator": o.accelerator, "accelerator_count": o.accelerator_count, "spot": self.spot,
@@ -45,7 +47,7 @@ class Candidate:
                 "reason": self.reason, "checkpoint": self.checkpoint, "wait": self.wait,
                 "price_date": o.spot_price_date if self.spot else o.price_date,
                 "price_source": (o.extra.get("spot_source") or o.source) if self.spot else o.source,
-                "price_fetched_at": o.extra.get("spot_fetched_at" if self.spot else "fetched_at"),
+                "price_fetched_at": iso_time(o.extra.get("spot_fetched_at" if self.spot else "fetched_at")),
                 "estimate": self.estimate.to_json(), "software": self.software}
 
 

@@ -108,7 +108,7 @@ def test_gcp_vm_whose_sshd_starts_late_is_waited_for(env, tmp_path, lab, dlrun_h
         # refuse dlrun's first SSH attempts, and the boot script then waits for the token they bring
         lab.sshd_delay_s = 12
         try:
-            e = dict(env, DLRUN_GCP_API_ENDPOINT=gce.endpoint, GOOGLE_CLOUD_PROJECT=gce.project,
+            e = dict(env, DLRUN_GCP_API_ENDPOINT=gce.endpoint, DLRUN_GCP_EMULATOR="1", GOOGLE_CLOUD_PROJECT=gce.project,
                      DLRUN_GCP_IAM_ENDPOINT=iam.endpoint, DLRUN_GCS_ENDPOINT=iam.endpoint)
             r = dlrun("submit", str(job_file(tmp_path, cloud="gcp", region="us-central1", name="gcp-cnn")),
                       "--backend", "gcp", env=e)

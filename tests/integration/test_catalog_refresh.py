@@ -1,6 +1,7 @@
 """`dlrun catalog refresh` from the clouds' own APIs, through the real clients: moto's EC2 (regions, instance
 types with GpuInfo, offerings; a seeded spot history), the fake Service Quotas / Price List server, the fake
 Compute Engine (regions, machine and accelerator types, quotas) and the fake Cloud Billing Catalog."""
+import datetime as dt
 import json
 import shutil
 import time
@@ -44,6 +45,8 @@ def world(monkeypatch):
         monkeypatch.setenv("AWS_ENDPOINT_URL_PRICING", aws.endpoint)
         monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", aws.endpoint)
         monkeypatch.setenv("DLRUN_GCP_API_ENDPOINT", gce.endpoint)
+        monkeypatch.setenv("DLRUN_GCP_EMULATOR", "1")
+        monkeypatch.setenv("DLRUN_REFRESH_DEADLINE_S", "8")  # a throttled source gives up within seconds
         monkeypatch.setenv("DLRUN_GCP_BILLING_ENDPOINT", billing.endpoint)
         yield {"aws": aws, "gce": gce, "billing": billing, "types": {t["InstanceType"]: t for t in types}}
 
@@ -108,18 +111,22 @@ def test_the_plan_uses_the_fetched_prices_a_new_region_and_a_gpu_the_snapshot_la
     assert any(n.startswith("price of the choice: gcp cloudbilling:services.skus.list, fetched ") for n in plan["notes"])
     assert plan["chosen"]["price_date"] == time.strftime("%Y-%m-%d", time.gmtime())
     assert plan["chosen"]["price_source"].startswith("gcp cloudbilling:services.skus.list")
-    assert time.time() - plan["chosen"]["price_fetched_at"] < 120
+    fetched = dt.datetime.fromisoformat(plan["chosen"]["price_fetched_at"])  # ISO 8601 with its UTC offset
+    assert fetched.utcoffset() is not None and time.time() - fetched.timestamp() < 120
 
 
 def test_a_failed_source_keeps_its_previous_rows_and_says_so(world):
-    assert refresh()[0] == 0
+    code, result = refresh()
+    assert code == 0, result.output
     before = {o.key: o.price_per_hour for o in load_offers() if o.cloud == "gcp"}
     world["billing"].throttle(100)
     world["aws"].throttle("pricing", 1000)
     code, result = refresh()
-    assert code == 0, result.output
-    assert "gcp ondemand: FAILED (BillingError: HTTP 429" in result.output and "kept the rows fetched" in result.output
-    assert "aws ondemand us-east-1: FAILED (ThrottlingException" in result.output
+    assert code == 6, result.output  # some sources failed, the others were refreshed
+    assert "gcp ondemand: FAILED (throttled (RESOURCE_EXHAUSTED HTTP 429)" in result.output
+    assert "kept the 216 rows fetched" in result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("aws ondemand us-east-1: FAILED"))
+    assert "throttled (ThrottlingException HTTP 400)" in line and "kept the 119 rows fetched" in line
     after = {o.key: o.price_per_hour for o in load_offers() if o.cloud == "gcp"}
     assert after == before and any(o.key == "aws/eu-north-1/g4dn.xlarge" for o in load_offers())
 
@@ -127,7 +134,7 @@ def test_a_failed_source_keeps_its_previous_rows_and_says_so(world):
 def test_a_source_that_never_worked_leaves_the_snapshot_standing(world):
     world["billing"].throttle(100)
     code, result = refresh("--cloud", "gcp")
-    assert code == 0 and "nothing fetched before: the snapshot stands" in result.output
+    assert code == 6 and "nothing fetched before: the snapshot stands" in result.output
     assert any(o.key == "gcp/us-central1/n1-standard-4" and o.price_date == "2025-07-01" for o in load_offers())
 
 
@@ -172,7 +179,8 @@ def test_billing_skus_are_read_as_google_writes_them():
     regions = ["us-central1", "us-east1"]
     skus = [sku("A", "N1 Predefined Instance Core running in Americas", "N1Standard", "OnDemand", regions, 0.031611,
                 nanos_only=True),
-            sku("B", "Spot Preemptible N2 Instance Ram running in Americas", "RAM", "Preemptible", regions, 0.00127),
+            sku("B", "Spot Preemptible N2 Instance Ram running in Americas", "RAM", "Preemptible", regions, 0.00127,
+                "GiBy.h"),
             sku("C", "Nvidia Tesla A100 80GB GPU attached to Spot Preemptible VMs running in Americas", "GPU",
                 "Preemptible", regions, 1.57),
             sku("D", "Nvidia L4 GPU running in Americas", "GPU", "OnDemand", regions, 0.56),
@@ -212,3 +220,14 @@ def test_a_new_aws_gpu_is_planned_once_its_datasheet_is_known_and_listed_with_th
         else:
             b200 = next(c for c in plan["candidates"] if c["accelerator"] == "B200" and c["region"] == "us-east-1")
             assert "no datasheet figures" in b200["reason"]
+
+
+def test_catalog_gpu_takes_every_gpu_the_catalog_prints(world):
+    assert refresh("--cloud", "aws")[0] == 0
+    code, result = invoke(cli_plan.catalog_group, [])
+    assert code == 0 and "B200×8" in result.output  # a GPU type the refresh found, gpus.csv lacks
+    for gpu in ("B200", "b200", "B200x8", "B200×8"):
+        code, result = invoke(cli_plan.catalog_group, ["--gpu", gpu, "--cloud", "aws"])
+        assert code == 0 and "B200×8" in result.output and "T4×" not in result.output, (gpu, result.output)
+    code, result = invoke(cli_plan.catalog_group, ["--gpu", "B20"])
+    assert code == 2 and "did you mean B200" in str(result.exception)

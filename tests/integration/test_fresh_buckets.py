@@ -102,6 +102,7 @@ def test_refused_s3_is_exit_4_before_anything_starts(moto, owner):
 def gcp_env(monkeypatch):
     with FakeGce() as gce, FakeGcs(project=gce.project) as gcs:
         monkeypatch.setenv("DLRUN_GCP_API_ENDPOINT", gce.endpoint)
+        monkeypatch.setenv("DLRUN_GCP_EMULATOR", "1")
         monkeypatch.setenv("DLRUN_GCS_ENDPOINT", gcs.endpoint)
         monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", gce.project)
         yield gcs

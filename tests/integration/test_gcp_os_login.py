@@ -25,7 +25,7 @@ def test_an_org_policy_requiring_os_login_ends_the_run_with_exit_4_and_nothing_b
         gce.set_project_metadata(enable_oslogin="TRUE")
         gce.require_os_login()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DLRUN_", "GOOGLE_"))}
-        env.update(DLRUN_HOME=str(tmp_path / "home"), DLRUN_GCP_API_ENDPOINT=gce.endpoint,
+        env.update(DLRUN_HOME=str(tmp_path / "home"), DLRUN_GCP_API_ENDPOINT=gce.endpoint, DLRUN_GCP_EMULATOR="1",
                    DLRUN_GCP_IAM_ENDPOINT=iam.endpoint, DLRUN_GCS_ENDPOINT=iam.endpoint,
                    GOOGLE_CLOUD_PROJECT=gce.project, DLRUN_SSH_CIDR="203.0.113.7/32", DLRUN_LOCAL_GPUS="none",
                    RAY_USAGE_STATS_ENABLED="0")

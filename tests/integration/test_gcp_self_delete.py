@@ -21,6 +21,7 @@ from tests.support.gcp_provider import CALLER, metadata, no_address_lookup, offe
 
 @pytest.fixture
 def clouds(monkeypatch):
+    monkeypatch.setenv("DLRUN_GCP_EMULATOR", "1")  # the fakes are emulators: called without credentials
     with FakeGce() as gce, FakeGcs(project=gce.project) as iam:
         monkeypatch.setenv("DLRUN_GCP_IAM_ENDPOINT", iam.endpoint)
         monkeypatch.setenv("DLRUN_GCS_ENDPOINT", iam.endpoint)

@@ -45,6 +45,9 @@ def account(monkeypatch):
     with aws, gce, mock_aws():
         monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", aws.endpoint)
         monkeypatch.setenv("DLRUN_GCP_API_ENDPOINT", gce.endpoint)
+        monkeypatch.setenv("DLRUN_GCP_EMULATOR", "1")
+        for deadline in ("DLRUN_REFRESH_DEADLINE_S", "DLRUN_PLAN_REFRESH_DEADLINE_S"):
+            monkeypatch.setenv(deadline, "5")  # a throttled read gives up after 5 s of retries
         yield aws, gce
 
 
@@ -122,7 +125,7 @@ def test_a_quota_listservicequotas_omits_comes_from_the_defaults(account):
 def test_throttling_and_missing_metrics_are_unknown_never_zero(account, tmp_path):
     aws, gce = account
     aws.throttle("us-east-1")
-    gce.throttle("project")
+    gce.throttle("project", 1000)
     from orchestrator.planning.catalog_refresh import quota_book
 
     offers = load_offers()
@@ -171,7 +174,7 @@ def test_quotas_are_cached_for_an_hour_and_reread_before_a_launch(account):
 
 def test_catalog_quotas_lists_them_and_says_what_is_unknown(account):
     aws, gce = account
-    gce.throttle("regions", 3)
+    gce.throttle("regions", 1000)
     code, result = invoke(cli_plan.catalog_group, ["quotas"])
     assert code == 0, result.output
     out = result.output

@@ -20,7 +20,9 @@ US_CENTRAL1 = ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f
 @pytest.fixture
 def gce(monkeypatch):
     """The fake Compute Engine, and the fake IAM (tests/support/gcs_server.py) that list_owned() asks for
-    dlrun's node service accounts: never Google's."""
+    dlrun's node service accounts: never Google's. They are emulators, as a user says of theirs
+    (DLRUN_GCP_EMULATOR=1: called without credentials)."""
+    monkeypatch.setenv("DLRUN_GCP_EMULATOR", "1")
     with FakeGce() as fake, FakeGcs(project=fake.project) as iam:
         monkeypatch.setenv("DLRUN_GCP_IAM_ENDPOINT", iam.endpoint)
         monkeypatch.setenv("DLRUN_GCS_ENDPOINT", iam.endpoint)

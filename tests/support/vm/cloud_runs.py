@@ -142,7 +142,7 @@ def gcp(dlrun_home):
         write_mirrors(dlrun_home, lab)  # the nodes' packages come from the lab's index (config.yaml mirrors)
         env = dict(os.environ, DLRUN_HOME=str(dlrun_home), RAY_USAGE_STATS_ENABLED="0", DLRUN_LOCAL_GPUS="none",
                    DLRUN_SSH_CONFIG=str(lab.ssh_config), DLRUN_SSH_CIDR="203.0.113.7/32", DLRUN_NODE_POLL_S="1",
-                   DLRUN_BOOT_TIMEOUT="240", DLRUN_SSH_WAIT_S="120", DLRUN_GCP_API_ENDPOINT=gce.endpoint,
+                   DLRUN_BOOT_TIMEOUT="240", DLRUN_SSH_WAIT_S="120", DLRUN_GCP_API_ENDPOINT=gce.endpoint, DLRUN_GCP_EMULATOR="1",
                    DLRUN_GCP_IAM_ENDPOINT=gcs.endpoint, DLRUN_GCS_ENDPOINT=gcs.endpoint,
                    GOOGLE_CLOUD_PROJECT=gce.project)
         env.pop("DLRUN_RAY_ADDRESS", None)
