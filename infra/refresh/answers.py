@@ -32,6 +32,10 @@ class UnreadableAnswer(Exception):
     """HTTP 200 with a body that cannot be parsed (empty, cut off)."""
 
 
+class DeadlineExceeded(Exception):
+    """A source's reads ran past its deadline (bounds.Deadline says how long, and what the last try met)."""
+
+
 class BillingError(Exception):
     """The Cloud Billing Catalog API answered an HTTP error."""
 
@@ -73,8 +77,6 @@ def is_refusal(error: str) -> bool:
 
 def describe(e: BaseException) -> str:
     """One failure of a read, in words: its kind first (the table above), then what the cloud said."""
-    from infra.refresh.bounds import DeadlineExceeded
-
     if isinstance(e, DeadlineExceeded):
         return f"timed out: {e}"
     if isinstance(e, ShapeError):

@@ -23,18 +23,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from infra.refresh.answers import BillingError, DeadlineExceeded, UnreadableAnswer, describe
+
 MAX_ATTEMPTS = 3  # tries of one call (the first and two retries), within the deadline
-
-
-class DeadlineExceeded(Exception):
-    def __init__(self, deadline: Deadline):
-        last = ""
-        if deadline.last is not None:
-            from infra.refresh.answers import describe
-
-            last = f"; the last try: {describe(deadline.last)}"
-        super().__init__(f"no answer within its {deadline.seconds:g} s deadline ({deadline.setting}{last})")
-        self.deadline = deadline
 
 
 @dataclass
@@ -54,7 +45,8 @@ class Deadline:
 
     def check(self) -> None:
         if self.left() <= 0:
-            raise DeadlineExceeded(self)
+            last = f"; the last try: {describe(self.last)}" if self.last is not None else ""
+            raise DeadlineExceeded(f"no answer within its {self.seconds:g} s deadline ({self.setting}{last})")
 
 
 def call_timeouts(seconds: float) -> tuple[float, float]:
@@ -103,7 +95,6 @@ def _json_or_unreadable(operation_model, response_dict, **_) -> None:
     answer without any of its keys; say it is unreadable instead."""
     import json
 
-    from infra.refresh.answers import UnreadableAnswer
 
     if response_dict.get("status_code") != 200 or \
             operation_model.service_model.resolved_protocol not in ("json", "rest-json"):
@@ -147,7 +138,6 @@ def _transient(e: Exception) -> bool:
     from google.api_core import exceptions as gexc
     from google.api_core.retry import if_transient_error
 
-    from infra.refresh.answers import BillingError
 
     if if_transient_error(e) or isinstance(e, requests.exceptions.Timeout):
         return True
@@ -178,7 +168,6 @@ def gcp_retry(deadline: Deadline, tries: int = MAX_ATTEMPTS):
 def read_unit(cloud: str, kind: str, region: str, source: str, deadline: Deadline, read: Callable[[], list]):
     """A cache Unit of the rows `read` returns within the deadline; any failure (the cloud's error, a timeout,
     an unreadable or wrong-shaped answer) is a Unit without rows whose error says what went wrong."""
-    from infra.refresh.answers import describe
     from infra.refresh.cache import Unit
 
     tried = time.time()
