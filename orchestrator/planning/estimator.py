@@ -165,9 +165,10 @@ def _step_basis(profile, accelerator: str | None, count: int, here: bool, num_no
     if here and "cuda" in measured and count == 1 and (not local_gpu or _same_gpu(accelerator, local_gpu)):
         return StepBasis(measured["cuda"], "measured", MEASURED_SIGMA, f"timed on this machine's {local_gpu or 'GPU'}")
     gpu = gpu_spec(accelerator)
-    if gpu is None:  # a GPU the table does not know: only a measurement can say (planner excludes it otherwise)
-        return StepBasis(measured.get("cuda", math.inf), "measured" if "cuda" in measured else "unknown GPU",
-                         MEASURED_SIGMA, "")
+    if gpu is None:  # a GPU the table does not know: only a measurement here can say (planner excludes it otherwise)
+        timed = here and "cuda" in measured
+        return StepBasis(measured["cuda"] if timed else math.inf, "measured" if timed else "unknown GPU",
+                         MEASURED_SIGMA)
     step = gpu_step(profile, gpu, count, num_nodes)
     here_spec = gpu_spec(local_gpu) if local_gpu and "cuda" in measured else None
     if here_spec is not None:  # Habitat's method: this GPU's measured step × the ratio of the two predictions

@@ -218,15 +218,15 @@ def _family(spec: GpuSpec) -> str:
     return spec.architecture.split()[0]
 
 
-def calibration_for(spec: GpuSpec, catalog_dir: Path | None = None) -> tuple[GpuCalibration, float, str]:
-    """(the fits to price `spec` with, 0.0, where they come from in words): its own measured fits, and for each
+def calibration_for(spec: GpuSpec, catalog_dir: Path | None = None) -> tuple[GpuCalibration, str]:
+    """(the fits to price `spec` with, where they come from in words): its own measured fits, and for each
     class it lacks, the fit of a measured GPU of its architecture (nearest in SM count), else of any measured
     GPU, its sigma widened for the borrowing."""
     return _merged(spec.name, _dir(catalog_dir))
 
 
 @lru_cache(maxsize=64)
-def _merged(name: str, catalog_dir: Path) -> tuple[GpuCalibration, float, str]:
+def _merged(name: str, catalog_dir: Path) -> tuple[GpuCalibration, str]:
     cals = _calibrations(catalog_dir)
     spec = gpu_spec(name, catalog_dir)
     assert spec is not None
@@ -255,4 +255,4 @@ def _merged(name: str, catalog_dir: Path) -> tuple[GpuCalibration, float, str]:
         basis = f"calibrated on the {spec.name} (classes it lacks from " + ", ".join(lenders) + ")"
     else:
         basis = f"calibrated on the {spec.name}"
-    return merged, 0.0, basis
+    return merged, basis

@@ -143,10 +143,12 @@ def test_the_host_model_reproduces_the_measured_host_bound_step():
 
 
 def test_a_gpu_without_measured_kernels_borrows_fits_and_its_range_widens():
-    p = static("TinyTransformer", precision="bf16", batch_size=64)
+    p = static("BigMLP", batch_size=512, input_shape=[64], precision="bf16")  # GPU-bound: the kernels' sigma
     own, borrowed = estimator.gpu_step(p, gpu_spec("H200")), estimator.gpu_step(p, gpu_spec("B200"))
     assert borrowed.basis.startswith("no kernels measured on the B200")
     assert borrowed.sigma > own.sigma
+    tiny = static("TinyCNN")  # host-bound: the host model's sigma, whatever the GPU
+    assert estimator.gpu_step(tiny, gpu_spec("H200")).sigma == estimator.gpu_step(tiny, gpu_spec("B200")).sigma
 
 
 def offer(acc, cloud="aws", count=1):
