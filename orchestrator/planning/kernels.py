@@ -9,9 +9,7 @@ from typing import Literal
 
 # "host": no kernel (views, allocation): dispatch time only
 KernelKind = Literal["gemm", "conv", "attention", "rnn", "elementwise", "norm", "optimizer", "host"]
-COMPUTE_KINDS: tuple[KernelKind, ...] = ("gemm", "conv", "attention", "rnn")
-MEMORY_KINDS: tuple[KernelKind, ...] = ("elementwise", "norm", "optimizer")
-Phase = Literal["forward", "backward", "optimizer"]
+COMPUTE_KINDS: tuple[KernelKind, ...] = ("gemm", "conv", "attention", "rnn")  # priced by FLOPs; the rest by bytes
 
 GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm", "addmv", "mv", "dot"}
 CONV_OPS = {"convolution", "_convolution", "convolution_backward", "cudnn_convolution", "conv2d", "conv1d",
