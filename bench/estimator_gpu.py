@@ -93,19 +93,17 @@ def measure(workload, steps: int) -> float:
     for _ in range(5):
         step()
     times = [step() for _ in range(steps)]
-    del model, opt
-    torch.cuda.empty_cache()
     torch.backends.cuda.matmul.allow_tf32 = False
     return statistics.median(times)
 
 
 def predict(workload, gpu: str):
     from infra.catalog import gpu_spec
-    from orchestrator.planning.estimator import RANGE_Z, gpu_step
+    from orchestrator.planning.estimator import gpu_step, range_factor
     from orchestrator.planning.profile import profile_now
 
     step = gpu_step(profile_now(workload, measure_local=False), gpu_spec(gpu))
-    spread = math.exp(RANGE_Z * step.sigma)
+    spread = range_factor(step.sigma)
     return step.seconds, step.seconds / spread, step.seconds * spread
 
 
@@ -123,7 +121,8 @@ def main() -> None:
 
     cuda = torch.cuda.is_available()
     gpu = args.gpu or (local_gpu_name() if cuda else None) or "H200"
-    where = f"measured on this machine's {torch.cuda.get_device_name()}" if cuda else "no CUDA GPU here: predictions only"
+    where = (f"measured on this machine's {torch.cuda.get_device_name()}" if cuda
+             else "no CUDA GPU here: predictions only")
     print(f"# estimator_gpu: predicted for {gpu}; {where}; torch {torch.__version__}")
     print(f"{'model':34s} {'measured':>10s} {'predicted':>10s} {'range':>19s} {'ratio':>6s}  in range  set")
     started, ratios = time.perf_counter(), {True: [], False: []}
@@ -138,7 +137,8 @@ def main() -> None:
             try:
                 meas = measure(workload, args.steps)
             except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
+                pass
+            torch.cuda.empty_cache()  # the model measured is gone with measure()'s frame
         span = f"{low * 1e3:8.2f}-{high * 1e3:8.2f}"
         if meas is None:
             print(f"{name:34s} {'-':>10s} {pred * 1e3:9.2f}ms {span}", flush=True)

@@ -44,6 +44,17 @@ GPU_JOB_START_SECONDS = 3.2
 MEASURED_SIGMA, SCALED_CPU_SIGMA, CPU_ROOFLINE_SIGMA, REFERENCE_SIGMA = 0.08, 0.35, 0.5, 0.3
 RANGE_Z = 1.645  # the range is the central 90 %
 
+
+def range_factor(sigma: float, runs: int = 0) -> float:
+    """The range's high end over the estimate (and the estimate over the low end): the central 90 % of a
+    log-normal error of `sigma`, narrowed by the finished runs behind the correction."""
+    return math.exp(RANGE_Z * sigma / math.sqrt(1 + runs))
+
+
+def _train_seconds(profile, step: float) -> float:
+    """The run's steps (a measured workload's also its per-epoch evaluation)."""
+    return step * profile.total_steps * (1 + EVAL_FRACTION if profile.source == "measured" else 1)
+
 CPU_THREAD_SCALING = 0.6  # speedup of torch training steps per extra core (assumed)
 
 
@@ -219,9 +230,8 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
     accelerator = offer.accelerator or "cpu"
     correction = correction_for(history, accelerator, profile.model_family)
     start_correction = startup_correction_for(history, accelerator, profile.model_family)
-    measured = profile.source == "measured"
-    train = step * profile.total_steps * (1 + EVAL_FRACTION if measured else 1)
-    if measured:
+    train = _train_seconds(profile, step)
+    if profile.source == "measured":
         start = job_start_seconds(offer)
     elif profile.source == "probe" and runs_here(offer.cloud):
         # the probe timed the job's process from its spawn (imports, data load): only Ray's share is missing
@@ -258,7 +268,7 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
 
     hourly = offer.hourly(spot) * num_nodes
     hours = (startup + run + preempt) / 3600.0
-    spread = math.exp(RANGE_Z * priced.sigma / math.sqrt(1 + runs_behind(history, accelerator, profile.model_family)))
+    spread = range_factor(priced.sigma, runs_behind(history, accelerator, profile.model_family))
     run_high = train * correction * spread + start * start_correction
     hours_high = (startup + run_high + preempt * spread) / 3600.0
     return Estimate(hours=hours, cost=hours * hourly, fits=fits, why_not=why, step_seconds=step * correction,
@@ -294,9 +304,9 @@ def estimate_on_gpu(profile, gpu: str, count: int = 1, *, here: bool = False, hi
     family = profile.model_family
     correction = correction_for(history, gpu, family)
     runs = runs_behind(history, gpu, family)
-    spread = math.exp(RANGE_Z * priced.sigma / math.sqrt(1 + runs))
+    spread = range_factor(priced.sigma, runs)
     step = priced.seconds * correction
-    train = step * profile.total_steps * (1 + EVAL_FRACTION if profile.source == "measured" else 1)
+    train = _train_seconds(profile, step)
     start = JOB_START_SECONDS + GPU_JOB_START_SECONDS if profile.source == "measured" else 0.0
     basis = "measured here" if priced.basis == "measured" else priced.basis
     if runs:
