@@ -25,7 +25,8 @@ GEMMS = ["256x256x256", "512x512x512", "1024x1024x1024", "2048x2048x2048", "4096
          "64x4096x1024", "512x4096x1024", "2048x768x768", "8192x768x3072", "8192x3072x768", "16384x1024x4096",
          "128x1000x2048", "32x10x128"]
 CONVS = [(64, 64, 64, 56, 3), (64, 64, 256, 56, 1), (64, 128, 128, 28, 3), (64, 256, 256, 14, 3),
-         (64, 512, 512, 7, 3), (64, 256, 1024, 14, 1), (64, 1024, 256, 14, 1), (64, 3, 64, 112, 7), (256, 64, 64, 56, 3), (32, 32, 64, 8, 3)]
+         (64, 512, 512, 7, 3), (64, 256, 1024, 14, 1), (64, 1024, 256, 14, 1), (64, 3, 64, 112, 7),
+         (256, 64, 64, 56, 3), (32, 32, 64, 8, 3)]
 LSTMS = [(32, 32, 256, 1), (64, 128, 1024, 2), (128, 128, 512, 2), (64, 32, 1024, 1), (16, 256, 256, 2),
          (256, 64, 128, 1)]
 ATTNS = [(8, 12, 128, 64), (8, 12, 512, 64), (8, 12, 2048, 64), (32, 16, 384, 64)]
@@ -216,7 +217,7 @@ def main() -> None:
     import torch
 
     if not torch.cuda.is_available():
-        sys.exit("calibrate-gpu: no CUDA GPU visible to torch here (torch " + torch.__version__ + "); run it on the GPU")
+        sys.exit(f"calibrate-gpu: no CUDA GPU visible to torch here (torch {torch.__version__}); run it on the GPU")
     from infra.local.gpus import local_gpu_name
 
     gpu = local_gpu_name() or torch.cuda.get_device_name().replace(" ", "")
