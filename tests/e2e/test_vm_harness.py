@@ -272,9 +272,11 @@ def test_power_commands_stop_every_process_of_their_vm_only(vm_lab):
     assert vm.run("reboot").returncode == 1 and vm.run("shutdown -r now").returncode == 1
     assert "power off now" in vm.run("shutdown -k now", check=True).stdout  # -k: the message only
     assert "Shutdown scheduled for" in vm.run("shutdown -h +5", check=True).stdout
-    assert "sleep" in vm.run("ps -eo comm=").stdout.split()  # the timer
+    def timer_running() -> bool:  # the timer is started in the background: it may not have exec'd sleep yet
+        return "sleep" in vm.run("ps -eo comm=").stdout.split()
+    wait_until(timer_running, 10, "no timer after `shutdown -h +5`")
     vm.run("shutdown -c", check=True)
-    assert "sleep" not in vm.run("ps -eo comm=").stdout.split()
+    wait_until(lambda: not timer_running(), 10, "the timer still runs after `shutdown -c`")
     assert "not been booted with systemd" in vm.run("systemctl status ssh").stderr  # the host's, harmless
     assert vm.power_request() is None and len(vm.processes()) > 1
 
