@@ -15,9 +15,9 @@ BACKENDS: dict[str, tuple[str, Capabilities]] = {
               Capabilities(remote=False, spot=False, multi_node=False, billed=False, regional=False,
                            provisioned=False, containers=True)),
     "aws": ("infra.aws.provider:AwsProvider",
-            Capabilities(remote=True, spot=True, multi_node=True, billed=True, regional=True)),
+            Capabilities(remote=True, spot=True, multi_node=True, billed=True, regional=True, containers=True)),
     "gcp": ("infra.gcp.provider:GcpProvider",
-            Capabilities(remote=True, spot=True, multi_node=True, billed=True, regional=True)),
+            Capabilities(remote=True, spot=True, multi_node=True, billed=True, regional=True, containers=True)),
     # a team's existing Ray cluster: `cluster:NAME` (config.yaml `clusters:`), `cluster` for all of them;
     # billed at the team's internal rate, its loss watched like a preemption; dlrun installs nothing there
     "cluster": ("infra.ray_cluster.provider:RayClusterProvider",

@@ -125,7 +125,7 @@ class Capabilities:
     billed: bool      # node-seconds cost money; nodes are watched for preemption
     regional: bool    # offers are per region (the job's `regions:` filter applies)
     provisioned: bool = True  # dlrun boots the nodes (image, driver, torch wheels); False: they run what they have
-    containers: bool = False  # runs a job's `image:` (infra/images); False: not yet (the VM boot script)
+    containers: bool = False  # runs a job's `image:` (infra/images; a VM's boot: infra/vm/container_boot.py)
 
 
 class Connection:
@@ -170,6 +170,12 @@ class BootstrapConfig:
     # shell commands the watchdog runs to end this node before it powers off, for clouds where a guest
     # power-off only stops the instance (GCE: the node deletes itself); empty: power-off is the end
     self_end: str = ""
+    # a job's `image:` (infra/vm/container_boot.py): the Ray node runs in it; registry credentials are handed
+    # over SSH with the Ray token, never put here
+    container_image: str = ""       # fully qualified reference; empty: no image, Ray in a venv on the node
+    container_pull: str = "if-missing"  # always | if-missing (the job file's image_pull)
+    container_insecure: bool = False  # the registry answers plain HTTP (localhost or DLRUN_INSECURE_REGISTRIES)
+    apt_mirror: str = ""            # config.yaml mirrors.apt: where a node without podman/docker gets podman
 
 
 @dataclass

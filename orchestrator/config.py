@@ -5,6 +5,7 @@
     mirrors:                  # where cloud nodes get their packages (corporate / air-gapped networks)
       pypi: https://pypi.example.internal/simple   # a PEP 503 index: uv itself and every package (default: PyPI)
       torch: https://mirror.example.internal/whl   # stands for https://download.pytorch.org/whl (its cpu/, cu126/, ...)
+      apt: https://mirror.example.internal/debian  # a Debian/Ubuntu mirror: podman for a job's `image:` on a node
     aws:
       subnets: {us-east-2: subnet-0abc}            # launch there instead of the default VPC / dlrun's VPC
     clusters:                 # a team's Ray clusters, planned as `cluster:NAME` (infra/ray_cluster/settings.py)
@@ -21,7 +22,7 @@ DEFAULTS = {"default_deadline": "72h", "optimize": "cost", "mirrors": {}, "aws":
 OBJECTIVES = ("cost", "time")
 # no apt mirror: the boot installs nothing with apt (uv comes from the PyPI index; python3 is on every image
 # that runs cloud-init, which is written in Python)
-MIRROR_KEYS = ("pypi", "torch")
+MIRROR_KEYS = ("pypi", "torch", "apt")
 AWS_KEYS = ("subnets",)
 
 

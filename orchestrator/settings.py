@@ -152,6 +152,8 @@ SETTINGS: tuple[Setting, ...] = (
     _key("optimize", str, "cost", "`cost` or `time`: what best means among the candidates that fit"),
     _key("mirrors.pypi", str, None, "a PEP 503 index cloud nodes get uv and every package from; unset: PyPI"),
     _key("mirrors.torch", str, None, "stands for https://download.pytorch.org/whl (its cpu/, cu126/, …)"),
+    _key("mirrors.apt", str, None, "a Debian/Ubuntu mirror (`deb URL CODENAME main`) a cloud node installs podman "
+         "from when a job has `image:` and the VM image has no container runtime; unset: the image's apt sources"),
     _key("aws.subnets", dict, None, "`REGION: subnet-ID`: launch there instead of the default VPC / dlrun's VPC"),
     _key("clusters.NAME.address", str, None, "a team Ray cluster's dashboard / Jobs API URL (required)"),
     _key("clusters.NAME.token_file", Path, None, "the file holding that cluster's Ray auth token"),

@@ -1,6 +1,7 @@
 """The run_instances request for one role (head or workers) of a cluster, and reading instances back."""
 from __future__ import annotations
 
+import gzip
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,16 @@ class AwsPrepared(Prepared):
     root: dict = field(default_factory=dict)  # the root volume's block device mapping ({}: the AMI's)
 
 
+USER_DATA_LIMIT = 16 * 1024  # RunInstances: "limited to 16 KB", before base64
+
+
+def user_data(script: str) -> str | bytes:
+    """The boot script as EC2 takes it: as is when it fits, else gzip-compressed, which cloud-init detects by its
+    magic bytes and decompresses before running the script (cloud-init docs, "User data formats": gzip)."""
+    raw = script.encode()
+    return script if len(raw) <= USER_DATA_LIMIT else gzip.compress(raw, mtime=0)
+
+
 def run_params(request: ClusterRequest, prepared: AwsPrepared, *, zone: str, count: int, head_ip: str | None,
                subnet_id: str = "") -> dict:
     is_head = head_ip is None
@@ -34,8 +45,8 @@ def run_params(request: ClusterRequest, prepared: AwsPrepared, *, zone: str, cou
     params: dict[str, Any] = dict(
         ImageId=prepared.ami, InstanceType=request.offer.instance_type, MinCount=count, MaxCount=count,
         KeyName=prepared.key_name, SecurityGroupIds=[prepared.group_id], Placement={"AvailabilityZone": zone},
-        UserData=startup_script(prepared.cfg, is_head=is_head, head_ip=head_ip, cluster_id=request.cluster_id,
-                                login_user=prepared.login_user),
+        UserData=user_data(startup_script(prepared.cfg, is_head=is_head, head_ip=head_ip,
+                                          cluster_id=request.cluster_id, login_user=prepared.login_user)),
         InstanceInitiatedShutdownBehavior="terminate",
         TagSpecifications=[
             net.tag_spec("instance", {**tags, TAG_ROLE: role,

@@ -61,6 +61,12 @@ def insecure_registries() -> set[str]:
     return {h.strip().lower() for h in os.environ.get(INSECURE_ENV, "").split(",") if h.strip()}
 
 
+def plain_http_allowed(ref: ImageRef) -> bool:
+    """Whether the registry may answer plain HTTP: localhost, or listed in DLRUN_INSECURE_REGISTRIES."""
+    listed = insecure_registries()
+    return is_local_registry(ref.api_host.lower()) or ref.api_host.lower() in listed or ref.registry.lower() in listed
+
+
 def node_arch(machine: str) -> str:
     """The OCI architecture of a machine (`uname -m`)."""
     return ARCHES.get(machine.lower(), machine.lower())
@@ -74,9 +80,7 @@ class _Response:
 class RegistryClient:
     def __init__(self, ref: ImageRef, credential: Credential | None = None, *, timeout: float = TIMEOUT_S):
         self.ref, self.credential, self.timeout = ref, credential, timeout
-        host = ref.api_host.lower()
-        self.plain_allowed = is_local_registry(host) or host in insecure_registries() \
-            or ref.registry.lower() in insecure_registries()
+        self.plain_allowed = plain_http_allowed(ref)
         self.scheme = "https"
         self._auth: str | None = None  # the Authorization value that worked (never printed)
 

@@ -21,6 +21,7 @@ import shlex
 from pathlib import Path
 
 from infra.base import BootstrapConfig
+from infra.vm import container_boot as cb
 from infra.vm import gpu_check
 
 NODE_DIR = "/var/lib/dlrun"
@@ -74,7 +75,7 @@ export UV_CACHE_DIR="$NODE_DIR/uv-cache" UV_PYTHON_DOWNLOADS=never UV_SYSTEM_CER
 _UV_INSTALL = r'''uv_install() {  # WHAT WHERE ARGS...: `uv pip install ARGS` into the venv, or fail the boot saying why
   local what="$1" where="$2" log="$NODE_DIR/uv-install.log" missing; shift 2
   echo "installing $what from $where"
-  if "$UV" pip install --python "$VENV/bin/python" "$@" 2>&1 | tee "$log"; then return 0; fi
+  if "${UVC[@]}" pip install --python "$VENV/bin/python" "$@" 2>&1 | tee "$log"; then return 0; fi
   missing=$(sed -n 's/.*Because \([^ ]*\) was not found in the package registry.*/\1/p' "$log" | head -n 1)
   [ -z "$missing" ] || fail "package $missing not found on $where (installing $what)"
   fail "could not install $what from $where: $(grep -v '^[[:space:]]*$' "$log" | tail -n 6 | tr -s ' \n' '  ' | head -c 600)"
@@ -124,11 +125,15 @@ def uv_lines(cfg: BootstrapConfig) -> list[str]:
         f'  WHY=$("$PY" - "$PIP_INDEX" "$NODE_DIR/bin" "$(uname -m)" {version} {pins} <<\'DLRUN_GET_UV\'\n'
         f"{GET_UV}DLRUN_GET_UV\n  ) || fail \"${{WHY:-fetching uv failed (see the boot log)}}\"",
         "fi",
-        'VENV="$NODE_DIR/venv"',
-        '[ -x "$VENV/bin/python" ] || "$UV" venv --system-site-packages --python "$PY" "$VENV" '
-        '|| fail "uv could not make a venv from $PY"',
+        'UVC=("$UV")  # how uv runs (container_boot.py runs it inside the job\'s image)',
         _UV_INSTALL,
     ]
+
+
+def venv_lines() -> list[str]:
+    return ['VENV="$NODE_DIR/venv"',
+            '[ -x "$VENV/bin/python" ] || "$UV" venv --system-site-packages --python "$PY" "$VENV" '
+            '|| fail "uv could not make a venv from $PY"']
 
 
 def install_lines(cfg: BootstrapConfig, packages: list[str]) -> list[str]:
@@ -157,52 +162,21 @@ def install_phase(cfg: BootstrapConfig, packages: list[str]) -> list[str]:
         *python_check(),
         *gpu_check.nvidia_smi_check(cfg),  # before any download: a node without its GPU fails in a second
         *uv_lines(cfg),
+        *venv_lines(),
         'export PATH="$VENV/bin:$PATH"  # Ray workers and job drivers inherit it: `python` is the venv\'s',
         *install_lines(cfg, packages),
         *gpu_check.torch_cuda_check(cfg, '"$VENV/bin/python"'),
     ]
 
 
-def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None = None,
-                   cluster_id: str = "", node_dir: str = NODE_DIR, login_user: str = "ubuntu") -> str:
-    """A bash script for cloud-init (AWS user-data) or GCE `startup-script` metadata."""
-    if not is_head and not head_ip:
-        raise ValueError("a worker node needs the head's private IP")
-    packages = [f"ray[default,train]=={cfg.ray_version}", *BASE_PACKAGES, *VENV_TOOLS, *cfg.python_packages]
-    if cfg.torch_requirement:  # the planned torch: from its own wheel index, first (else with the rest)
-        packages = [p for p in packages if not gpu_check.is_torch(p)]
-        if not cfg.torch_index_url:
-            packages.insert(1, cfg.torch_requirement)
-    ray = '"$VENV/bin/python" -m ray.scripts.scripts'  # the console script is absent when Ray came with the image
-    if is_head:
-        # dashboard and Jobs API on loopback only: dlrun reaches them through an SSH tunnel
-        start = [f'{ray} start --head --node-ip-address="$NODE_IP" --port={int(cfg.ray_port)} '
-                 f"--dashboard-host=127.0.0.1 --dashboard-port={int(cfg.dashboard_port)} --disable-usage-stats"]
-    else:
-        address = shlex.quote(f"{head_ip}:{int(cfg.ray_port)}")
-        start = [
-            f'ATTEMPTS={JOIN_ATTEMPTS}; if [ "$RESTART" = 1 ]; then ATTEMPTS={REJOIN_ATTEMPTS}; fi',
-            f'for attempt in $(seq 1 "$ATTEMPTS"); do '
-            f'{ray} start --address={address} --node-ip-address="$NODE_IP" --disable-usage-stats && break; '
-            f'[ "$attempt" = "$ATTEMPTS" ] && fail "could not join the head at "{shlex.quote(head_ip or "")}'
-            f'" in $ATTEMPTS tries $JOINED_AS"; '
-            f"sleep {JOIN_RETRY_S}; done",
-        ]
-    return "\n".join([
-        prologue(node_dir),
-        f'echo {shlex.quote(cluster_id)} > "$NODE_DIR/cluster"',
-        # first, so that a boot that hangs later still ends with the VM powered off
-        f"cat > \"$NODE_DIR/watchdog.sh\" <<'DLRUN_WATCHDOG'\n{WATCHDOG}DLRUN_WATCHDOG",
-        *_self_end(cfg),
-        f'setsid nohup bash "$NODE_DIR/watchdog.sh" {int(cfg.heartbeat_timeout_s)} {int(cfg.max_run_s)} '
-        f'{shlex.quote(login_user)} "$NODE_DIR/self-end.sh" < /dev/null &',  # prints to the console and boot log
-        *install_phase(cfg, packages),
-        # a job's own installs (Ray's runtime_env pip, a script's pip or uv) use the same index
-        'export PIP_INDEX_URL="$PIP_INDEX" UV_DEFAULT_INDEX="$PIP_INDEX"',
-        # Ray's token arrives over SSH (never in this script: user-data and metadata are readable by anyone
-        # with describe rights); the login user may not exist yet when this starts (GCE's guest agent).
-        # A second run on this disk (a restart after a host event) has it already: no token is handed over
-        # again, so it rejoins with that one at once
+def token_lines(login_user: str) -> list[str]:
+    """The cluster's Ray token in $NODE_DIR/ray_token, and Ray's token auth in the environment.
+
+    The token arrives over SSH (never in this script: user-data and metadata are readable by anyone with
+    describe rights); the login user may not exist yet when this starts (GCE's guest agent). A second run on
+    this disk (a restart after a host event) has it already: no token is handed over again, so it rejoins with
+    that one at once."""
+    return [
         'if [ -s "$NODE_DIR/ray_token" ]; then',
         '  RESTART=1 JOINED_AS="(a restart: boot $BOOTS of this disk)"',
         '  echo "this disk booted before and holds the cluster\'s Ray token: a restart; rejoining with that token"',
@@ -217,9 +191,65 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
         f'  install -m 600 "$HOME_DIR/{TOKEN_FILE}" "$NODE_DIR/ray_token" && rm -f "$HOME_DIR/{TOKEN_FILE}"',
         "fi",
         'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$NODE_DIR/ray_token"',
-        "NODE_IP=$(hostname -I 2>/dev/null | awk '{print $1}')",
-        '[ -n "$NODE_IP" ] || NODE_IP=$(ip -4 -o addr show scope global | awk \'{print $4}\' | cut -d/ -f1 | head -n1)',
+    ]
+
+
+def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None = None,
+                   cluster_id: str = "", node_dir: str = NODE_DIR, login_user: str = "ubuntu") -> str:
+    """A bash script for cloud-init (AWS user-data) or GCE `startup-script` metadata. With cfg.container_image
+    the Ray node runs in that image (container_boot.py); else in a venv of the image's python3."""
+    if not is_head and not head_ip:
+        raise ValueError("a worker node needs the head's private IP")
+    image = bool(cfg.container_image)
+    if image:  # the image is the job's environment: Ray and the job's packages, no torch of dlrun's choosing
+        packages = [f"ray[default,train]=={cfg.ray_version}", *VENV_TOOLS, *cfg.python_packages]
+    else:
+        packages = [f"ray[default,train]=={cfg.ray_version}", *BASE_PACKAGES, *VENV_TOOLS, *cfg.python_packages]
+    if cfg.torch_requirement and not image:  # the planned torch: from its own wheel index, first (else with the rest)
+        packages = [p for p in packages if not gpu_check.is_torch(p)]
+        if not cfg.torch_index_url:
+            packages.insert(1, cfg.torch_requirement)
+    # the console script is absent when Ray came with the image
+    ray = '"${RAYC[@]}"' if image else '"$VENV/bin/python" -m ray.scripts.scripts'
+    if is_head:
+        # dashboard and Jobs API on loopback only: dlrun reaches them through an SSH tunnel
+        start = [f'{ray} start --head --node-ip-address="$NODE_IP" --port={int(cfg.ray_port)} '
+                 f"--dashboard-host=127.0.0.1 --dashboard-port={int(cfg.dashboard_port)} --disable-usage-stats"]
+    else:
+        address = shlex.quote(f"{head_ip}:{int(cfg.ray_port)}")
+        start = [
+            f'ATTEMPTS={JOIN_ATTEMPTS}; if [ "$RESTART" = 1 ]; then ATTEMPTS={REJOIN_ATTEMPTS}; fi',
+            f'for attempt in $(seq 1 "$ATTEMPTS"); do '
+            f'{ray} start --address={address} --node-ip-address="$NODE_IP" --disable-usage-stats && break; '
+            f'[ "$attempt" = "$ATTEMPTS" ] && fail "could not join the head at "{shlex.quote(head_ip or "")}'
+            f'" in $ATTEMPTS tries $JOINED_AS"; '
+            f"sleep {JOIN_RETRY_S}; done",
+        ]
+    if image:
+        before_token = [*python_check(), *gpu_check.nvidia_smi_check(cfg), *uv_lines(cfg), *cb.runtime_lines(cfg)]
+        after_token = [*cb.credential_lines(), *cb.pull_lines(cfg), *cb.python_lines(MIN_PYTHON), *cb.ray_lines(cfg, packages)]
+    else:
+        before_token, after_token = install_phase(cfg, packages), []
+    node_ip = ["NODE_IP=$(hostname -I 2>/dev/null | awk '{print $1}')",
+               '[ -n "$NODE_IP" ] || NODE_IP=$(ip -4 -o addr show scope global | awk \'{print $4}\' | cut -d/ -f1 '
+               '| head -n1)']
+    return "\n".join([
+        prologue(node_dir),
+        f'echo {shlex.quote(cluster_id)} > "$NODE_DIR/cluster"',
+        # first, so that a boot that hangs later still ends with the VM powered off
+        f"cat > \"$NODE_DIR/watchdog.sh\" <<'DLRUN_WATCHDOG'\n{WATCHDOG}DLRUN_WATCHDOG",
+        *_self_end(cfg),
+        f'setsid nohup bash "$NODE_DIR/watchdog.sh" {int(cfg.heartbeat_timeout_s)} {int(cfg.max_run_s)} '
+        f'{shlex.quote(login_user)} "$NODE_DIR/self-end.sh" < /dev/null &',  # prints to the console and boot log
+        *before_token,
+        # a job's own installs (Ray's runtime_env pip, a script's pip or uv) use the same index
+        'export PIP_INDEX_URL="$PIP_INDEX" UV_DEFAULT_INDEX="$PIP_INDEX"',
+        *token_lines(login_user),
+        *after_token,
+        *node_ip,
+        *(cb.node_container_lines(cfg) if image else []),
         *start,
+        *(cb.after_start_lines(cfg) if image else []),
         'touch "$NODE_DIR/ready"',
         'echo "dlrun boot done"',
         "",

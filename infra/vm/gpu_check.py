@@ -51,12 +51,12 @@ def nvidia_smi_check(cfg: BootstrapConfig) -> list[str]:
     ]
 
 
-def torch_cuda_check(cfg: BootstrapConfig, python: str) -> list[str]:
+def torch_cuda_check(cfg: BootstrapConfig, python: str, why: str = "") -> list[str]:
     if cfg.gpu_count <= 0:
         return []
     probe = ("import sys, torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
              "print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'GPUs', n); "
              f"sys.exit(0 if n >= {int(cfg.gpu_count)} else 1)")
-    why = (f"GPU check: torch.cuda.is_available() is false in the venv ({cfg.torch_requirement or 'torch'} from "
+    why = why or (f"GPU check: torch.cuda.is_available() is false in the venv ({cfg.torch_requirement or 'torch'} from "
            f"{cfg.torch_index_url or 'the default index'}): this driver does not run that torch's CUDA")
     return [f"{python} -c {shlex.quote(probe)} || fail {shlex.quote(why)}"]

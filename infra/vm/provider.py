@@ -126,8 +126,11 @@ class VmProvider(Provider, Generic[P]):
 
     @staticmethod
     def _described(cluster: Cluster, request: ClusterRequest) -> Cluster:
-        """What connect() checks before a job may start: every node's GPUs joined."""
+        """What connect() checks before a job may start: every node's GPUs joined; and the job's image, whose
+        registry credentials connect() hands over with the Ray token."""
         cluster.extra.setdefault("gpus_per_node", request.offer.accelerator_count)
+        if request.bootstrap and request.bootstrap.container_image:
+            cluster.extra.setdefault("container_image", request.bootstrap.container_image)
         return cluster
 
     def _safe_cleanup(self, cluster_id: str, created: Created) -> None:
@@ -155,7 +158,7 @@ class VmProvider(Provider, Generic[P]):
         from infra.vm.ssh import open_tunnel
 
         token = ensure_token(cluster.cluster_id)
-        ready.wait_booted(cluster, token=token)
+        ready.wait_booted(cluster, token=token, registry_auth=ready.registry_auth(cluster))
         tunnel = open_tunnel(cluster, 8265)
         try:
             wait_dashboard(tunnel.local_address, timeout=120, what=f"the Ray head of {cluster.cluster_id}",

@@ -12,6 +12,7 @@ import urllib.request
 from infra.base import Cluster, Node, ProvisionError
 from infra.vm import ssh
 from infra.vm.bootstrap import HEARTBEAT_FILE, NODE_DIR, TOKEN_FILE
+from infra.vm.container_boot import AUTH_FILE
 
 BOOT_TIMEOUT_ENV = "DLRUN_BOOT_TIMEOUT"   # seconds a node may take to install and start Ray (default 900)
 JOIN_TIMEOUT_S = 300.0
@@ -44,9 +45,38 @@ def boot_log_tail(cluster: Cluster, node: Node, lines: int = LOG_LINES) -> str:
     return out if code == 0 and out else "(no boot log)"
 
 
-def hand_over_token(cluster: Cluster, node: Node, token: str) -> None:
+def registry_auth(cluster: Cluster) -> str | None:
+    """The containers auth file (containers-auth.json(5)) for the cluster's image registry, from the credentials
+    this machine has for it (infra/images/credentials.py); None without an image or a credential."""
+    image = cluster.extra.get("container_image")
+    if not image:
+        return None
+    from infra.images.credentials import CredentialsProblem, credential_for
+    from infra.images.reference import parse_reference
+
+    ref = parse_reference(image)
+    try:
+        cred = credential_for(ref.registry, ref.repository)
+    except CredentialsProblem as e:
+        raise ProvisionError(f"registry credentials for {ref}: {e}", cloud=cluster.provider) from None
+    if cred is None:
+        return None
+    auth = {"auth": cred.basic().split(" ", 1)[1]}
+    # podman looks Docker Hub up as docker.io, docker as its v1 index URL
+    keys = [ref.registry, "https://index.docker.io/v1/"] if ref.registry == "docker.io" else [ref.registry]
+    return json.dumps({"auths": {key: auth for key in keys}})
+
+
+def hand_over_token(cluster: Cluster, node: Node, token: str, registry_auth: str | None = None) -> None:
     """Write the cluster's Ray token into the login user's home on the node (0600), over SSH: the boot
-    script moves it to the node directory and only then starts Ray."""
+    script moves it to the node directory and only then starts Ray. The registry credentials for the job's
+    image (an auth file) go first: the token's arrival is what the boot waits for."""
+    if registry_auth:
+        code, out = ssh.run(cluster, f"umask 077 && cat > ~/{AUTH_FILE}.tmp && mv ~/{AUTH_FILE}.tmp ~/{AUTH_FILE}",
+                            node, timeout=30, stdin=registry_auth)
+        if code != 0:
+            raise ProvisionError(f"could not hand the registry credentials to {node.node_id}: {out[-200:]}",
+                                 cloud=cluster.provider)
     code, out = ssh.run(cluster, f"umask 077 && cat > ~/{TOKEN_FILE}.tmp && mv ~/{TOKEN_FILE}.tmp ~/{TOKEN_FILE}"
                                  f" && touch ~/{HEARTBEAT_FILE}", node, timeout=30, stdin=token)
     if code != 0:
@@ -54,7 +84,7 @@ def hand_over_token(cluster: Cluster, node: Node, token: str) -> None:
 
 
 def wait_booted(cluster: Cluster, *, token: str | None = None, timeout_s: float | None = None,
-                poll_s: float = 3.0, sleep=time.sleep) -> None:
+                poll_s: float = 3.0, sleep=time.sleep, registry_auth: str | None = None) -> None:
     """Until every node wrote its ready marker; ProvisionError with the boot log when one failed.
     Each node gets the cluster's Ray token as soon as it accepts SSH."""
     timeout_s = boot_timeout_s() if timeout_s is None else timeout_s
@@ -63,7 +93,7 @@ def wait_booted(cluster: Cluster, *, token: str | None = None, timeout_s: float 
     for node in waiting:
         ssh.wait_for_ssh(cluster, node, timeout_s=max(1.0, deadline - time.monotonic()), sleep=sleep)
         if token:
-            hand_over_token(cluster, node, token)
+            hand_over_token(cluster, node, token, registry_auth)
     while waiting:
         for node in list(waiting):
             state, detail = _boot_state(cluster, node)

@@ -70,8 +70,8 @@ def check_image(spec, offers) -> ImagePlan | None:
             plan.local_cached = has_image(plan.runtime.path, ref.full)
     if not able:
         clouds = ", ".join(sorted({o.cloud for o in offers})) or ", ".join(spec.resources.clouds)
-        raise UsageError(f"{spec.name}: image {ref}: {clouds} cannot run a container image yet (this machine "
-                         "and team Ray clusters can); add local to resources.clouds")
+        raise UsageError(f"{spec.name}: image {ref}: {clouds} cannot run a container image; add a cloud or "
+                         "local to resources.clouds")
     for arch in sorted({offer_arch(o) for o in able}):
         try:
             plan.facts[arch] = image_facts(ref, arch)
@@ -92,7 +92,13 @@ def exclusion_reason(image: ImagePlan | None, spec, offer) -> str | None:
     if image is None:
         return None
     if not capabilities(offer.cloud).containers:
-        return f"{offer.cloud} VMs do not run a container image (`image:`) yet"
+        return f"{offer.cloud} does not run a container image (`image:`)"
+    if not runs_here(offer.cloud) and image.ref.registry != "docker.io":
+        from infra.images.reference import is_local_registry
+
+        if is_local_registry(image.ref.api_host):
+            return (f"the image's registry {image.ref.registry} is on this machine, which a {offer.cloud} node "
+                    "cannot reach: push the image to a registry the node reaches")
     arch = offer_arch(offer)
     if arch in image.missing:
         return f"the image has no linux/{arch} build"

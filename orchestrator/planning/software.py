@@ -85,6 +85,18 @@ def exclusion_reason(spec, offer: Offer) -> str | None:
     return None
 
 
+def container_settings(spec, mirrors: dict) -> dict:
+    """BootstrapConfig fields for a job's `image:` on a cloud node (none without one)."""
+    if not spec.image:
+        return {}
+    from infra.images.reference import parse_reference
+    from infra.images.registry import plain_http_allowed
+
+    ref = parse_reference(spec.image)
+    return {"container_image": ref.full, "container_pull": spec.image_pull or "if-missing",
+            "container_insecure": plain_http_allowed(ref), "apt_mirror": mirrors.get("apt", "")}
+
+
 def boot_settings(spec, offer: Offer) -> dict:
     """BootstrapConfig fields for a cloud node: the planned torch and its index, the GPUs to check."""
     if _boots_nothing(offer):
@@ -94,6 +106,7 @@ def boot_settings(spec, offer: Offer) -> dict:
     mirrors = load_settings().mirrors
     gpus = {"gpu_count": offer.accelerator_count if offer.accelerator else 0, "gpu_memory_gb": offer.gpu_memory_gb,
             "pip_index_url": mirrors.get("pypi", "")}
+    gpus.update(container_settings(spec, mirrors))
     try:
         plan = software_for(spec, offer)
     except sw.Unsupported:  # the planner excluded it; a forced launch still checks the GPU

@@ -171,9 +171,12 @@ def test_no_container_runtime_here_says_what_to_install(tmp_path, monkeypatch):
     assert "apt-get install podman" in str(result.exception)
 
 
-def test_clouds_without_container_support_yet_are_refused_plainly(tmp_path):
+def test_a_registry_on_this_machine_rules_the_clouds_out_saying_why(tmp_path):
+    """A cloud node cannot reach this machine's localhost: each VM offer is excluded with the reason."""
     with OciRegistry() as reg:
         reg.add_image("team/train", "1.0", {"linux/amd64": [GB]})
-        code, result = plan(tmp_path, f"{reg.address}/team/train:1.0", clouds=("aws", "gcp"))
-    assert code == 2
-    assert "aws, gcp cannot run a container image yet" in str(result.exception)
+        code, result = plan(tmp_path, f"{reg.address}/team/train:1.0", "--json", clouds=("aws", "gcp"))
+    assert code == 3  # nothing fits
+    reasons = {c["reason"] for c in json.loads(result.output)["candidates"] if "retired" not in c["reason"]}
+    assert reasons == {f"the image's registry {reg.address} is on this machine, which a {cloud} node cannot reach: "
+                       "push the image to a registry the node reaches" for cloud in ("aws", "gcp")}

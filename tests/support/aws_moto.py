@@ -4,6 +4,7 @@ request as the executor builds them, and what EC2 itself then reports (live inst
 from __future__ import annotations
 
 import base64
+import gzip
 import os
 import stat
 
@@ -74,7 +75,8 @@ def tags(resource) -> dict:
 
 def user_data(ec2, instance_id) -> str:
     raw = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")["UserData"]["Value"]
-    return base64.b64decode(raw).decode()
+    data = base64.b64decode(raw)
+    return (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode()  # as cloud-init reads it
 
 
 def assert_nothing_left(ec2, cluster_id):

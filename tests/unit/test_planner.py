@@ -42,7 +42,7 @@ def brute_force(sp, offers, blocked=frozenset(), local=()):
              and (sold_markets(o) is None or ("spot" if m else "on-demand") in sold_markets(o))]
         for spot in markets:
             e = estimate(PROFILE, o, spot=spot, num_nodes=res.num_nodes)
-            if not e.fits or (sp.budget.max_cost and e.cost > sp.budget.max_cost):
+            if not e.fits or (sp.budget.max_cost and e.cost_high > sp.budget.max_cost):  # the range's high end
                 continue
             if sp.budget.deadline_seconds and e.hours * 3600 > sp.budget.deadline_seconds:
                 continue

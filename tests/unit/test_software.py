@@ -207,7 +207,7 @@ def test_mirrors_from_config_reach_the_boot(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("text,message", [
-    ("mirrors:\n  apt: http://apt.example/ubuntu\n", "mirrors: unknown key apt; known: pypi, torch"),
+    ("mirrors:\n  conda: http://conda.example/\n", "mirrors: unknown key conda; known: pypi, torch, apt"),
     ("mirrors:\n  pypi: pypi.example/simple\n", "mirrors.pypi: expected a URL"),
     ("mirrors:\n  pypi: https://me:s3cret@pypi.example/simple\n", "mirrors.pypi: the URL carries credentials"),
 ])
