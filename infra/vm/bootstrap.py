@@ -227,7 +227,8 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
         ]
     if image:
         before_token = [*python_check(), *gpu_check.nvidia_smi_check(cfg), *uv_lines(cfg), *cb.runtime_lines(cfg)]
-        after_token = [*cb.credential_lines(), *cb.pull_lines(cfg), *cb.python_lines(MIN_PYTHON), *cb.ray_lines(cfg, packages)]
+        after_token = [*cb.credential_lines(), *cb.pull_lines(cfg), *cb.python_lines(MIN_PYTHON),
+                       *cb.ray_lines(cfg, packages)]
     else:
         before_token, after_token = install_phase(cfg, packages), []
     node_ip = ["NODE_IP=$(hostname -I 2>/dev/null | awk '{print $1}')",
