@@ -1,0 +1,79 @@
+"""`dlrun submit` of a job with `image:` on AWS and GCP VMs in the lab, end to end: the image checked against the
+lab's real registry from this machine, each VM's boot installing Debian's podman from the lab's apt mirror (the
+stock image has no runtime), pulling the image with the credentials dlrun handed over SSH, installing dlrun's
+Ray into a venv of the image's python3, and running the Ray node in the container; the job runs there, and
+teardown leaves nothing. (An image without python3 failing the boot: tests/integration/test_boot_container.py with
+stand-ins and tests/e2e/test_vm_containers_lab.py with the real podman.)
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.aws_moto import moto_server, user_data  # noqa: F401  (fixture)
+from tests.support.vm.cloud_runs import (  # noqa: F401  (fixtures)
+    REGION, assert_aws_left_nothing, dlrun, ec2, env, gcp, instances, lab, status, wait_for)
+from tests.support.vm.fixtures import vm_support_problem
+from tests.support.vm.registry import registry_problem
+
+pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or ""),
+              pytest.mark.skipif(bool(registry_problem()), reason=registry_problem() or "")]
+
+# what the job reports: where it runs. podman writes /run/.containerenv into every container it runs
+# (podman-run(1), "--env-host"... and containers/podman's "/run/.containerenv" with the image's name)
+CHECK = """import json, os, sys
+env = open("/run/.containerenv").read() if os.path.exists("/run/.containerenv") else ""
+image = [line.split("=", 1)[1].strip('"') for line in env.splitlines() if line.startswith("image=")]
+print("DLRUN_RESULT " + json.dumps({"in_container": bool(env), "image": image[0] if image else "",
+                                    "prefix": sys.prefix}), flush=True)
+"""
+
+
+def image_job(tmp_path, image: str, *, cloud: str, region: str, name: str):
+    workdir = tmp_path / f"{name}-code"
+    workdir.mkdir()
+    (workdir / "check.py").write_text(CHECK)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps({
+        "name": name, "run": "python3 check.py", "workdir": str(workdir), "image": image,
+        "reference": {"accelerator": "cpu", "hours": 0.01},
+        "resources": {"clouds": [cloud], "regions": [region], "spot": "never"}, "budget": {"max_cost": 5}}))
+    return path
+
+
+def test_aws_job_runs_in_its_private_image_on_a_stock_vm_and_leaves_nothing(env, tmp_path, moto_server, lab,
+                                                                             dlrun_home):
+    registry = lab.registry
+    auth = tmp_path / "auth.json"  # where the user's `podman login` put the credentials
+    auth.write_text(registry.auth_json())
+    env = dict(env, REGISTRY_AUTH_FILE=str(auth), DLRUN_INSECURE_REGISTRIES=registry.private_host)
+    image = registry.image("private/python:bookworm")
+    r = dlrun("submit", str(image_job(tmp_path, image, cloud="aws", region=REGION, name="aws-image")), env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    job = r.stdout.split()[0]
+    st = status(job, env)
+    assert st["status"] == "SUCCEEDED" and st["backend"] == "aws", st
+    result = st["metrics"]
+    assert result["in_container"] and result["image"] == image, result
+    assert result["prefix"] == "/var/lib/dlrun/image-venv"  # dlrun's Ray in a venv of the image's python3
+    [inst] = instances(moto_server, job)
+    console = ec2(moto_server).get_console_output(InstanceId=inst["InstanceId"]).get("Output", "")
+    assert "installing podman from" in console and "pulled " + image in console and "dlrun boot done" in console
+    script = user_data(ec2(moto_server), inst["InstanceId"])
+    assert registry.password not in script and "auths" not in script  # the credentials went over SSH only
+    assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
+
+
+def test_gcp_job_runs_in_a_public_image_and_leaves_nothing(gcp, tmp_path):
+    lab, gce, gcs, env = gcp
+    env = dict(env, DLRUN_INSECURE_REGISTRIES=lab.registry.host)
+    image = lab.registry.image("dlrun-lab/python:bookworm")
+    r = dlrun("submit", str(image_job(tmp_path, image, cloud="gcp", region="us-central1", name="gcp-image")),
+              "--backend", "gcp", env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    st = status(r.stdout.split()[0], env)
+    assert st["status"] == "SUCCEEDED" and st["backend"] == "gcp", st
+    assert st["metrics"]["in_container"] and st["metrics"]["image"] == image, st["metrics"]
+    wait_for(lambda: not lab.vms, timeout=60)
+    assert gce.instances == {} and gce.disks == {} and gce.firewalls == {} and gcs.accounts == {}
