@@ -43,23 +43,30 @@ def vm_support_problem() -> str | None:
 
 
 def lab_cache() -> dict:
-    """The lab's Debian root and wheel cache, built / downloaded once per machine (file locks) and at most
+    """The lab's Debian root, wheel cache and apt mirror, built / downloaded once per machine (file locks) and at most
     once per session (the session fixture `vm_lab_cache` in tests/conftest.py calls this); {"image": path,
     "wheels": path, "built": [...], "downloaded": [...]} where the last two say what this session had to
     make (with seconds), for the record. Skips the test, saying why, where the lab cannot run."""
     problem = vm_support_problem()
     if problem:
         pytest.skip(problem)
-    from . import package_index, rootfs
+    from . import apt_mirror, package_index, rootfs
 
     image = rootfs.stock_root()
+    try:
+        apt = apt_mirror.mirror_dir()
+    except (RuntimeError, OSError) as e:  # offline is a reason to skip; anything else is a failure
+        if not apt_mirror.debian_reachable():
+            pytest.skip(f"the VM lab's apt mirror is fetched from {apt_mirror.MIRROR} once, which is unreachable: {e}")
+        raise
     try:
         wheels = package_index.wheel_dir()
     except RuntimeError as e:  # offline is a reason to skip; anything else is a failure
         if not package_index.pypi_reachable():
             pytest.skip(f"the VM lab's package index is downloaded from PyPI once, which is unreachable: {e}")
         raise
-    return {"image": image, "wheels": wheels, "built": rootfs.build_log, "downloaded": package_index.download_log}
+    return {"image": image, "wheels": wheels, "apt": apt, "built": rootfs.build_log,
+            "downloaded": package_index.download_log + apt_mirror.fetch_log}
 
 
 @pytest.fixture
@@ -90,10 +97,14 @@ def ssh_argv(lab: VmLab, key: Path, target: str, *args: str) -> list[str]:
 
 
 def write_mirrors(home: Path, lab: VmLab) -> Path:
-    """$DLRUN_HOME/config.yaml with `mirrors:` naming the lab's PyPI and torch wheel mirrors (other settings
-    already in the file are kept)."""
+    """$DLRUN_HOME/config.yaml with `mirrors:` naming the lab's mirrors that dlrun has a setting for
+    (orchestrator.config.MIRROR_KEYS: pypi, torch, and apt once dlrun reads it); other settings already in
+    the file are kept."""
+    from orchestrator.config import MIRROR_KEYS
+
     path = Path(home) / "config.yaml"
     config = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
-    config["mirrors"] = {**(config.get("mirrors") or {}), **lab.mirrors}
+    known = {key: url for key, url in lab.mirrors.items() if key in MIRROR_KEYS}
+    config["mirrors"] = {**(config.get("mirrors") or {}), **known}
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

@@ -23,7 +23,14 @@ visible inside. Two images, picked per instance from the image the cloud was ask
   EFA, Docker; the clouds' system python packages (DLAMI's boto3, GCE's jupyter); python3-pip (the GCE
   images have it; the lab does not count on it, neither may dlrun's boot).
 - The lab layer (LAB_LAYER, on top of both): the VM's own `shutdown`, `poweroff`, `halt`, `reboot` and
-  `systemctl` in /usr/local/sbin, first on the PATH, which ask the VM's init to power off (power.py).
+  `systemctl` in /usr/local/sbin, first on the PATH, which ask the VM's init to power off (power.py); and an
+  admin config for podman, which neither image has (stock Debian/Ubuntu images ship no container runtime:
+  a boot installs podman from the distro's mirror, apt_mirror.py): CONTAINERS_CONF, a containers.conf.d
+  drop-in (read by podman >= 4 after /etc/containers/containers.conf) with `cgroups = "disabled"`, an
+  emulation limit of this host, not of a real VM (see its text and vm_init.CGROUP_NOTE). With it Debian 12's
+  stock podman 4.3.1 with its default runtime crun runs containers in a VM, no flag needed; without it every
+  `podman run` fails there. Nothing else of podman's is in the image: no runc, no storage.conf (the VM's
+  /var/lib/containers is on its ext4 disk, where podman's default overlay driver works: vm_init.py).
 
 The layers are written into the lab's directory at VmLab.open (milliseconds); the Debian root is cached
 (rootfs.py), so a test session builds it at most once.
@@ -52,6 +59,16 @@ echo
 exit 9
 """
 
+# the lab's admin config for podman (a drop-in, beside whatever containers.conf a boot writes)
+CONTAINERS_CONF = "etc/containers/containers.conf.d/50-dlrun-lab.conf"
+CONTAINERS_CONF_TEXT = """# The emulated-VM lab's admin config (tests/support/vm/image.py), not a real VM's: this host's
+# sandbox refuses the eBPF device filter a container's cgroup v2 needs (crun: "setrlimit (RLIM_MEMLOCK):
+# Operation not permitted") and the VM's /sys/fs/cgroup is read-only (vm_init.py), so containers run
+# without cgroups of their own. A real Debian 12 / Ubuntu 22.04 VM runs podman's defaults.
+[containers]
+cgroups = "disabled"
+"""
+
 
 @dataclass(frozen=True)
 class Image:
@@ -72,6 +89,9 @@ class Image:
 
 def write_lab_layer(dest: Path) -> Path:
     install_power_commands(dest / "usr/local/sbin")  # shutdown, poweroff, halt, ...: see power.py
+    conf = dest / CONTAINERS_CONF
+    conf.parent.mkdir(parents=True)
+    conf.write_text(CONTAINERS_CONF_TEXT)
     return dest
 
 

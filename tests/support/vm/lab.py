@@ -6,7 +6,7 @@
         vm = lab.wait_for_vm("node-name-or-i-id")
         subprocess.run(["ssh", "-F", lab.ssh_config, "-i", key, f"dlrun@{vm.spec.public_ip}", "true"])
         lab.restart("node-name-or-i-id")             # a host event / reboot: same disk, boots again
-        lab.mirrors                                  # {"pypi": ..., "torch": ...}: the lab's package index
+        lab.mirrors                                  # {"pypi": ..., "torch": ..., "apt": ...}: the lab's mirrors
     assert lab.leftovers() == []
 
 Why a lab: it owns everything the VMs share (the bridge, the images, the package index, the SSH client
@@ -19,8 +19,15 @@ all of it, including the debris a crashed run left (another lab's debris is left
 - Packages (package_index.py): `lab.mirrors` are the URLs of the lab's PyPI mirror and torch wheel
   mirror, served on the bridge's address, the only address off the VM's own network a VM can reach. dlrun
   reaches them through its user setting, $DLRUN_HOME/config.yaml `mirrors:` (fixtures.write_mirrors).
-The Debian root and the wheels are cached across sessions (~/.cache/dlrun-lab); a lab opening builds or
-downloads what the cache lacks, under a file lock (once per machine, not once per lab).
+  `lab.mirrors["apt"]` is a Debian mirror (apt_mirror.py: deb.debian.org's signed index and the .debs of
+  podman's closure), what `mirrors.apt` names.
+- Images (oci_images.py, registry.py): `lab.registry` is two real OCI registries (Debian's docker-registry)
+  on the bridge, one public (`lab.registry.host`), one behind basic auth (`private_host`, `username`,
+  `password`), serving images built from Debian roots; `lab.registry.image("dlrun-lab/python:bookworm")` is
+  the full reference a job's `image:` names. Started at the first use of `lab.registry`.
+The Debian root, the wheels, the apt mirror and the registry's images are cached across sessions
+(~/.cache/dlrun-lab); a lab opening builds or downloads what the cache lacks, under a file lock (once per
+machine, not once per lab).
 """
 from __future__ import annotations
 
@@ -37,7 +44,9 @@ from . import net
 from .clouds import Ec2Watcher, GceWatcher, Watcher, wait_until
 from .image import IMAGE_USED_GB, Image, build_images, image_for
 from .machine import Vm, VmSpec, loop_devices
+from .apt_mirror import AptMirror, mirror_dir
 from .package_index import PackageIndex, wheel_dir
+from .registry import LabRegistry
 
 LAB_DIR_PREFIX = "dlvlab-"
 
@@ -76,6 +85,8 @@ class VmLab:
         self._open = False
         self.images: dict[str, Image] = {}
         self.index: PackageIndex | None = None
+        self.apt: AptMirror | None = None
+        self._registry: LabRegistry | None = None
 
     # ------------------------------------------------------------ lifecycle
     def __enter__(self) -> "VmLab":
@@ -103,6 +114,7 @@ class VmLab:
             self.net.create()
             self.images = build_images(self.dir / "image")
             self.index = PackageIndex(wheel_dir(), self.net.host_ip).start()
+            self.apt = AptMirror(mirror_dir(), self.net.host_ip).start()
             self._write_ssh_files()
         except BaseException:
             self.close()
@@ -115,8 +127,9 @@ class VmLab:
             self._open = False  # a watcher's sync in flight boots nothing more
         for watcher in self._watchers:
             watcher.stop()
-        if self.index is not None:
-            self.index.stop()
+        for server in (self.index, self.apt, self._registry):
+            if server is not None:
+                server.stop()
         with self._lock:
             for instance_id in list(self.vms):
                 try:
@@ -129,8 +142,22 @@ class VmLab:
 
     @property
     def mirrors(self) -> dict[str, str]:
-        """{"pypi": "http://BRIDGE:PORT/simple", "torch": "http://BRIDGE:PORT/whl"}: what a VM can install from."""
-        return self.index.mirrors
+        """{"pypi": "http://BRIDGE:PORT/simple", "torch": "http://BRIDGE:PORT/whl", "apt": "http://BRIDGE:PORT/debian"}:
+        what a VM can install from (the apt mirror: apt_mirror.py)."""
+        return {**self.index.mirrors, "apt": self.apt.url}
+
+    @property
+    def registry(self) -> LabRegistry:
+        """The lab's OCI registries (registry.py), started at the first use (its images are built then if the
+        cache lacks them): only the tests of containers pay for them. Like a VM, they die with the thread that
+        first used this (setpriv --pdeathsig): use it from the test's own thread."""
+        with self._lock:
+            if not self._open:
+                raise RuntimeError("the VM lab is closed")
+            if self._registry is None:
+                self._registry = LabRegistry(self.dir / "registry", self.net.host_ip)
+                self._registry.start()
+            return self._registry
 
     @property
     def ssh_config(self) -> Path:
@@ -299,6 +326,8 @@ class VmLab:
                     found.append(f"mount {point}")
             if not self._open:
                 found += [x for w in self._watchers for x in w.leftovers()]
+                registries = self._registry.pids() if self._registry else []
+                found += [f"process {pid} (docker-registry)" for pid in registries]
             return found
 
 

@@ -13,7 +13,10 @@ What it builds, as a machine booting from its image would have it:
   Ray writes ~2 GB, which would sit in RAM; why not a directory on this machine's disk: removing ~40,000
   files took 50 s here, unlinking one sparse file takes milliseconds. Its size is the volume's, so a full
   disk fails as on the cloud;
-- /proc (this PID namespace's), /sys (read-only, this network namespace's view), a minimal /dev (null,
+- /var/lib/containers bound from a directory of the disk itself (ON_DISK: a real VM's root is ext4, and
+  container storage's overlay mounts cannot have their upper layer on the VM's overlay root);
+- /proc (this PID namespace's), /sys (read-only, this network namespace's view) with /sys/fs/cgroup a
+  read-only cgroup v2 (CGROUP_NOTE), a minimal /dev (null,
   zero, full, random, urandom, tty, a private devpts for sshd's PTYs, ptmx, fd links, /dev/shm as tmpfs),
   /run as tmpfs (with /run/sshd and /run/lock), as systemd mounts them;
 - then pivot_root: the host's file systems (its /usr, the test venv, pyenv, the project checkout, the
@@ -55,6 +58,15 @@ POWER_SIGNALS = {signal.SIGRTMIN + 4: "poweroff", signal.SIGRTMIN + 3: "halt"}  
 MARKER, REQUEST, GRACE_S = "power", "/run/vm-power/request", 2.0  # as in power.py
 DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9), "tty": (5, 0)}
 TTY_GID = 5  # Debian's tty group
+# where a program needs the root's file system to be a real one: container storage (podman's overlay driver
+# makes overlay mounts whose upper layer cannot be on an overlay: "'overlay' is not supported over overlayfs")
+ON_DISK = ("/var/lib/containers",)
+CGROUP_NOTE = """/sys/fs/cgroup is cgroup v2, as systemd mounts it on Debian 12 / Ubuntu 22.04 (crun refuses to run a
+container without it: "invalid file system type on '/sys/fs/cgroup'"), but read-only: it is this host's own
+hierarchy (no cgroup namespace, no controller of its own: this host's controllers are all bound to v1), which a VM
+must not write to (a container's cgroup would stay in the host's tree once its VM is killed). Podman in a VM
+therefore runs with cgroups disabled (the lab image's containers.conf.d: image.py), as dlrun's boot never asks for
+cgroup limits of its own."""
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -86,12 +98,21 @@ def mount_root(spec):
     os.makedirs(work, exist_ok=True)
     lower = ":".join(spec["image"]["layers"])
     mount("overlay", root, "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
+    for path in ON_DISK:  # a real VM's root is ext4 throughout: these are on the disk itself, not the overlay
+        own = f"{vm_dir}/disk/{path.strip('/').replace('/', '-')}"
+        os.makedirs(own, exist_ok=True)
+        os.makedirs(f"{root}{path}", exist_ok=True)
+        mount(own, f"{root}{path}", None, MS_BIND)
     return root
 
 
 def mount_system(root):
     mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     mount("sysfs", f"{root}/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    try:  # read-only: see CGROUP_NOTE
+        mount("cgroup2", f"{root}/sys/fs/cgroup", "cgroup2", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        pass  # a kernel without cgroup v2: the VM has no cgroup mount (crun then refuses to run a container)
     dev = f"{root}/dev"
     tmpfs(dev, "755", MS_NOSUID)
     for name, (major, minor) in DEVICES.items():

@@ -1,0 +1,216 @@
+"""The lab registry's images: real OCI images made from Debian roots, written into a registry's storage, cached.
+
+What they stand for: the images a job names in `image:` (docker.io/library/python, a team's own image on
+ghcr.io or a private registry), which podman on a VM pulls and runs. Each is real content (OCI image-spec
+v1.1: a gzip tar layer whose sha256 is the manifest's digest and whose uncompressed sha256 is the config's
+diff_id, an image config, a manifest; tags and digests as a registry serves them), so `podman pull`
+verifies and unpacks them as it would any image:
+- dlrun-lab/python:bookworm: the lab's stock Debian 12 root (rootfs.py: python3 3.11 without pip or venv,
+  no Ray, no torch, sshd, curl) as one layer; linux/amd64. Stands for an image with Python but no Ray.
+- dlrun-lab/nopython:bookworm: a bare Debian 12 (`mmdebstrap --variant=minbase`, as debian:bookworm-slim
+  is: Essential + required + apt), no python3 at all; linux/amd64.
+- dlrun-lab/arm64only:bookworm: an OCI index with one entry, linux/arm64, as a team that builds on a Mac
+  pushes; on this amd64 lab podman refuses it ("no image found in manifest list for architecture amd64").
+  Its layer is a placeholder, not an arm64 root: one text file saying so (nothing on amd64 gets to it).
+- private/python:bookworm: the python image on the private registry (registry.py: behind basic auth).
+Each tag names an image manifest (what `podman push` of a local image writes), but the arm64 one's, an index.
+What they do not reproduce: Docker Hub's multi-platform indexes for every image (the python and nopython
+tags name a single amd64 manifest), image signatures, attestations, zstd layers, more than one layer.
+
+Storage: the registry's filesystem driver layout (distribution/distribution registry/storage/paths.go):
+docker/registry/v2/blobs/sha256/<2>/<hex>/data; repositories/<name>/_layers/sha256/<hex>/link (layers
+and config), _manifests/revisions/sha256/<hex>/link, _manifests/tags/<tag>/current/link and
+.../index/sha256/<hex>/link, each link holding "sha256:<hex>". Two trees, public/ and private/, served by
+one docker-registry each, read-only (registry.py). Cache: <rootfs.cache_dir()>/registry/<key>/, built once
+under a flock (the stock root's layer ~4 s, the minbase root ~20 s with mmdebstrap, here).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+import zlib
+from pathlib import Path
+
+from .rootfs import MIRROR, SUITE, cache_dir, key_of, locked, stock_inputs, stock_root
+
+RECIPE = 1
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MINBASE_HOOK = 'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin'  # as Debian's official images
+# name:tag -> (storage tree, what it is)
+IMAGES = {"dlrun-lab/python:bookworm": "public", "dlrun-lab/nopython:bookworm": "public",
+          "dlrun-lab/arm64only:bookworm": "public", "private/python:bookworm": "private"}
+PLACEHOLDER = (b"dlrun's VM lab: a placeholder layer of an arm64-only image (tests/support/vm/oci_images.py).\n"
+               b"The lab is amd64: podman refuses the image before it would unpack this.\n")
+BUILD_TIMEOUT_S = 600
+
+build_log: list[dict] = []  # what this process built (seconds): for the bench and reports
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _json(doc: dict) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+class _Blobs:
+    """A registry storage tree being written: blobs plus each repository's links."""
+
+    def __init__(self, root: Path):
+        self.v2 = root / "docker" / "registry" / "v2"
+
+    def blob_path(self, digest: str) -> Path:
+        hexa = digest.split(":", 1)[1]
+        return self.v2 / "blobs" / "sha256" / hexa[:2] / hexa / "data"
+
+    def put(self, data: bytes) -> str:
+        digest = _digest(data)
+        path = self.blob_path(digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return digest
+
+    def adopt(self, digest: str, source: Path) -> None:
+        """A blob already written elsewhere (same file system): hard-linked in."""
+        path = self.blob_path(digest)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.link(source, path)
+
+    def _link(self, path: Path, digest: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(digest)
+
+    def link_layer(self, repo: str, digest: str) -> None:
+        self._link(self.v2 / "repositories" / repo / "_layers" / "sha256" / digest.split(":")[1] / "link", digest)
+
+    def link_manifest(self, repo: str, digest: str, tag: str | None = None) -> None:
+        manifests = self.v2 / "repositories" / repo / "_manifests"
+        self._link(manifests / "revisions" / "sha256" / digest.split(":")[1] / "link", digest)
+        if tag is not None:
+            self._link(manifests / "tags" / tag / "current" / "link", digest)
+            self._link(manifests / "tags" / tag / "index" / "sha256" / digest.split(":")[1] / "link", digest)
+
+
+def gzip_layer(tar_argv: list[str], dest: Path) -> tuple[str, str, int]:
+    """Runs `tar_argv` (a tar on stdout) and writes it gzip-compressed to `dest`: (digest, diff_id, size)."""
+    raw, packed = hashlib.sha256(), hashlib.sha256()
+    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # gzip format, fast
+    proc = subprocess.Popen(tar_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with open(dest, "wb") as out:
+        while chunk := proc.stdout.read(1 << 20):
+            raw.update(chunk)
+            data = compressor.compress(chunk)
+            packed.update(data)
+            out.write(data)
+        data = compressor.flush()
+        packed.update(data)
+        out.write(data)
+    _, err = proc.communicate(timeout=BUILD_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{tar_argv[0]} failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}")
+    return "sha256:" + packed.hexdigest(), "sha256:" + raw.hexdigest(), dest.stat().st_size
+
+
+def _image(blobs: _Blobs, layer: tuple[str, str, int], arch: str, created_by: str) -> tuple[str, int]:
+    """Config + manifest for one layer (already in `blobs`): (manifest digest, size)."""
+    digest, diff_id, size = layer
+    config = _json({"architecture": arch, "os": "linux", "created": "2026-01-01T00:00:00Z",
+                    "config": {"Env": [PATH_ENV], "Cmd": ["bash"]},
+                    "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+                    "history": [{"created": "2026-01-01T00:00:00Z", "created_by": created_by}]})
+    manifest = _json({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                      "config": {"mediaType": OCI_CONFIG, "digest": blobs.put(config), "size": len(config)},
+                      "layers": [{"mediaType": OCI_LAYER, "digest": digest, "size": size}]})
+    return blobs.put(manifest), len(manifest)
+
+
+def registry_inputs() -> dict:
+    return {"images": IMAGES, "stock": key_of(stock_inputs()), "suite": SUITE, "mirror": MIRROR,
+            "minbase_hook": MINBASE_HOOK, "recipe": RECIPE}
+
+
+def storage_dir() -> Path:
+    """The registries' storage (public/ and private/ trees), built now if the cache lacks it."""
+    inputs = registry_inputs()
+    home = cache_dir() / "registry"
+    target = home / key_of(inputs)
+    if (target / "images.json").exists():
+        return target
+    root = stock_root()  # (its own lock, taken before ours)
+    with locked(home / ".lock"):
+        if (target / "images.json").exists():
+            return target
+        shutil.rmtree(target, ignore_errors=True)
+        tmp = home / f".building-{target.name}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "layers").mkdir(parents=True)
+        started = time.monotonic()
+        layers = {
+            "python": gzip_layer(["tar", "-C", str(root), "--numeric-owner", "--sort=name", "--exclude=./dev/*",
+                                  "-cf", "-", "."], tmp / "layers" / "python.tar.gz"),
+            "nopython": gzip_layer(["mmdebstrap", "--quiet", "--variant=minbase", "--format=tar",
+                                    f"--customize-hook={MINBASE_HOOK}", SUITE, "-", MIRROR],
+                                   tmp / "layers" / "nopython.tar.gz"),
+        }
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            info = tarfile.TarInfo("README.dlrun-lab")
+            info.size, info.mtime = len(PLACEHOLDER), 1767225600
+            tar.addfile(info, io.BytesIO(PLACEHOLDER))
+        placeholder = tmp / "layers" / "arm64-placeholder.tar.gz"
+        placeholder.write_bytes(_gzip(buf.getvalue()))
+        layers["arm64"] = (_digest(placeholder.read_bytes()), _digest(buf.getvalue()), placeholder.stat().st_size)
+        files = {"python": "python.tar.gz", "nopython": "nopython.tar.gz", "arm64": "arm64-placeholder.tar.gz"}
+        made = {}
+        for tree in ("public", "private"):
+            blobs = _Blobs(tmp / tree)
+            for name, tree_of in IMAGES.items():
+                if tree_of != tree:
+                    continue
+                repo, tag = name.split(":")
+                kind = repo.split("/")[1]
+                layer_key = "arm64" if kind == "arm64only" else kind
+                blobs.adopt(layers[layer_key][0], tmp / "layers" / files[layer_key])
+                blobs.link_layer(repo, layers[layer_key][0])
+                arch = "arm64" if kind == "arm64only" else "amd64"
+                digest, size = _image(blobs, layers[layer_key], arch, f"dlrun VM lab: {kind} root ({SUITE})")
+                config = json.loads(blobs.blob_path(digest).read_bytes())["config"]["digest"]
+                blobs.link_layer(repo, config)  # (the registry serves a config through the repository's layer links)
+                if kind == "arm64only":
+                    blobs.link_manifest(repo, digest)
+                    index = _json({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+                        {"mediaType": OCI_MANIFEST, "digest": digest, "size": size,
+                         "platform": {"architecture": "arm64", "os": "linux", "variant": "v8"}}]})
+                    digest = blobs.put(index)
+                blobs.link_manifest(repo, digest, tag)
+                made[name] = {"digest": digest, "layer": layers[layer_key][0], "layer_bytes": layers[layer_key][2]}
+        shutil.rmtree(tmp / "layers")  # (the trees hold the blobs: hard links)
+        seconds = time.monotonic() - started
+        (tmp / "images.json").write_text(json.dumps({"inputs": inputs, "seconds": round(seconds, 1),
+                                                     "images": made}, indent=1))
+        tmp.rename(target)
+        build_log.append({"seconds": seconds, "path": str(target),
+                          "bytes": sum(m["layer_bytes"] for m in made.values())})
+        return target
+
+
+def _gzip(data: bytes) -> bytes:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    return compressor.compress(data) + compressor.flush()
+
+
+def images() -> dict[str, dict]:
+    """name:tag -> {"digest": the tag's manifest (or index) digest, "layer": ..., "layer_bytes": ...}."""
+    return json.loads((storage_dir() / "images.json").read_text())["images"]
