@@ -42,7 +42,7 @@ def test_podman_from_the_lab_mirror_runs_the_lab_registry_images(vm_lab, registr
     rc, out = _run(vm, f"{APT} update")
     assert rc == 0 and "Err" not in out and "W:" not in out, out
     rc, out = _run(vm, f"DEBIAN_FRONTEND=noninteractive {APT} install -y --no-install-recommends podman", 300)
-    assert rc == 0 and "Setting up podman (4.3.1" in out, out[-3000:]
+    assert rc == 0 and "Setting up podman (" in out, out[-3000:]
     # a package the index lists but this mirror's pool lacks: apt fails as on a partial mirror
     rc, out = _run(vm, f"DEBIAN_FRONTEND=noninteractive {APT} install -y cowsay")
     assert rc == 100 and "404  Not Found" in out and "pool/main/c/cowsay/cowsay_" in out, out
