@@ -193,8 +193,8 @@ class AptMirror:
 
             def do_GET(self, head: bool = False):
                 path = unquote(urlparse(self.path).path)
-                target = (base / path.removeprefix("/debian/")).resolve() if path.startswith("/debian/") else None
-                ok = (target is not None and target.is_file() and target.is_relative_to(base)
+                target = (base / path.removeprefix("/debian/")).resolve()
+                ok = (path.startswith("/debian/") and target.is_file() and target.is_relative_to(base)
                       and target.name != "mirror.json")
                 mirror.requests.append(f"{self.command} {path} {200 if ok else 404}")
                 del mirror.requests[:-2000]

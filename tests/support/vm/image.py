@@ -31,6 +31,11 @@ visible inside. Two images, picked per instance from the image the cloud was ask
   stock podman 4.3.1 with its default runtime crun runs containers in a VM, no flag needed; without it every
   `podman run` fails there. Nothing else of podman's is in the image: no runc, no storage.conf (the VM's
   /var/lib/containers is on its ext4 disk, where podman's default overlay driver works: vm_init.py).
+  Where the lab's podman differs from a real VM's (emulation limits of this host): resource limits
+  (`--memory`, `--cpus`, `--pids-limit`) are accepted and not enforced (no cgroups); `--cgroups=enabled`
+  fails ("cgroup.subtree_control: Read-only file system"); `--ulimit` above this host's hard limits
+  (RLIMIT_NOFILE 20000, RLIMIT_MEMLOCK 8 MiB here) fails ("setrlimit `RLIMIT_NOFILE`: Operation not
+  permitted") where a real VM's root raises them; no /dev/fuse, no GPU devices.
 
 The layers are written into the lab's directory at VmLab.open (milliseconds); the Debian root is cached
 (rootfs.py), so a test session builds it at most once.

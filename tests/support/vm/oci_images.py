@@ -108,6 +108,7 @@ def gzip_layer(tar_argv: list[str], dest: Path) -> tuple[str, str, int]:
     raw, packed = hashlib.sha256(), hashlib.sha256()
     compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # gzip format, fast
     proc = subprocess.Popen(tar_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
     with open(dest, "wb") as out:
         while chunk := proc.stdout.read(1 << 20):
             raw.update(chunk)
