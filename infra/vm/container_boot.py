@@ -132,17 +132,19 @@ def python_lines(min_python: tuple[int, int]) -> list[str]:
 
 
 def ray_lines(cfg: BootstrapConfig, packages: list[str]) -> list[str]:
-    """$PYIN: the python that runs Ray in the image: the image's, when it has the client's Ray and the job's
-    packages need nothing, else the venv on the node's disk that uv fills inside the image."""
+    """$PYIN: the python that runs Ray in the image: the image's, when it has the client's Ray and the job needs
+    no packages; else a venv on the node's disk that uv fills inside the image (`packages`: Ray's pin first,
+    left out when the image has that Ray already; its system site-packages provide it)."""
     version = shlex.quote(cfg.ray_version)
     probe = shlex.quote("import ray; print(ray.__version__)")
-    pkgs = " ".join(shlex.quote(p) for p in packages)
-    what = shlex.quote(" ".join(packages))
+    ray_pin, rest = packages[0], packages[1:]
     need_venv = "true" if cfg.python_packages else f'[ "$IRAY" != {version} ]'
     return [
         f'IRAY=$("${{IRUN[@]}}" --entrypoint python3 "$IMAGE" -c {probe} 2>/dev/null | tail -n 1) || IRAY=""',
+        f"PKGS=({' '.join(shlex.quote(p) for p in rest)})",
+        f'[ "$IRAY" = {version} ] || PKGS=({shlex.quote(ray_pin)} "${{PKGS[@]}}")',
         f"if {need_venv}; then",
-        f'  echo "the image has ${{IRAY:+Ray $IRAY}}${{IRAY:-no Ray}}: installing "{what}" into {IMAGE_VENV} '
+        f'  echo "the image has ${{IRAY:+Ray $IRAY}}${{IRAY:-no Ray}}: installing ${{PKGS[*]}} into {IMAGE_VENV} '
         'with uv, in the image"',
         # uv runs inside the image (its binary from the node's disk): the venv is made from the image's python3
         '  UVC=("${IRUN[@]}" -e UV_CACHE_DIR -e UV_PYTHON_DOWNLOADS -e UV_NO_PROGRESS -e NO_COLOR --entrypoint "$UV" '
@@ -150,7 +152,7 @@ def ray_lines(cfg: BootstrapConfig, packages: list[str]) -> list[str]:
         f'  VENV={IMAGE_VENV}',
         '  [ -x "$VENV/bin/python" ] || "${UVC[@]}" venv --system-site-packages --python python3 "$VENV" '
         '|| fail "uv could not make a venv from the image\'s python3"',
-        f'  uv_install {what} "$PIP_INDEX" --index-url "$PIP_INDEX" {pkgs}',
+        '  uv_install "${PKGS[*]}" "$PIP_INDEX" --index-url "$PIP_INDEX" "${PKGS[@]}"',
         '  PYIN="$VENV/bin/python" PATH_IN="$VENV/bin:"',
         "else",
         '  echo "the image has Ray $IRAY"; PYIN=python3 PATH_IN=""',

@@ -161,3 +161,12 @@ def test_a_script_over_ec2s_16_kb_goes_gzip_compressed_as_cloud_init_takes_it():
     assert isinstance(data, bytes) and len(data) < USER_DATA_LIMIT / 2 and gzip.decompress(data).decode() == script
     plain = startup_script(BootstrapConfig(ray_version="2.60.0"), is_head=True)
     assert user_data(plain) == plain  # what fits stays readable in the console
+
+
+def test_an_image_with_the_clients_ray_gets_only_the_jobs_packages_in_its_venv(vm):
+    vm.installed("podman")
+    vm.image(ray="2.60.0")
+    rc, calls, node_dir, out = vm.boot(BootstrapConfig(**{**CFG.__dict__, "python_packages": ["boto3==1.40.0"]}))
+    assert rc == 0, out
+    [pip] = uv_calls(calls)
+    assert pip[-2:] == ["pip", "boto3==1.40.0"] and not [a for a in pip if a.startswith("ray")]
