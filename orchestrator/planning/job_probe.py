@@ -1,7 +1,7 @@
 """A job with neither `workload:` nor `reference:` is measured: a short local run of its entrypoint.
 
 The job runs here as it would on the local Ray head (its workdir, its env, `jobs` importable, a `run:`
-command under jobs/tee.py), told by DLRUN_PROBE=1 that this is a probe, with a throw-away
+command under jobs/tee.py; a job with `image:` in that image, with podman or docker), told by DLRUN_PROBE=1 that this is a probe, with a throw-away
 DLRUN_CHECKPOINT_DIR. Its jobs.metrics lines say how far it got: `progress` (share of the run done, 0-1),
 or epoch/epochs, or step/steps, and optionally samples_per_s; for a script that does not call
 jobs.metrics, jobs/tee.py writes such lines from what it prints (tqdm bars, Lightning's and the HF
@@ -157,7 +157,7 @@ def probe_note(probe: ProbeResult) -> str:
 
 
 def probe_key(spec) -> str:
-    keep = spec.model_dump(mode="json", include={"job", "run", "args", "env", "requirements"})
+    keep = spec.model_dump(mode="json", include={"job", "run", "args", "env", "requirements", "image"})
     blob = json.dumps({"v": PROBE_VERSION, "spec": keep, "workdir": workdir_digest(spec.workdir)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -184,12 +184,27 @@ def probe_job(spec, *, refresh: bool = False) -> ProbeResult:
         if spec.workdir:  # a copy, as Ray runs a job in its unpacked working_dir: what it writes is not the code
             cwd = shutil.copytree(spec.workdir, os.path.join(tmp, "work"), symlinks=False,
                                   ignore=shutil.ignore_patterns(*EXCLUDES, *(f"*{s}" for s in EXCLUDED_SUFFIXES)))
-        result = run_probe(spec.name, entrypoint(spec, local=True, workers=1), cwd=cwd, env=_probe_env(spec, tmp, cwd))
+        result = run_probe(spec.name, _probe_command(spec, entrypoint), cwd=cwd, env=_probe_env(spec, tmp, cwd))
     path = cache_path(spec)
     part = path.with_suffix(".tmp")
     part.write_text(json.dumps(result.to_json()))
     part.replace(path)
     return result
+
+
+def _probe_command(spec, entrypoint) -> str:
+    """The job as the local Ray head runs it; with `image:`, in that image (the job's environment is the image's,
+    and so is its speed): podman or docker here, else the probe cannot run."""
+    if not spec.image:
+        return entrypoint(spec, local=True, workers=1)
+    from infra.images.runtime import INSTALL_HINT, find_runtime
+
+    runtime = find_runtime()
+    if runtime.path is None:
+        raise SpecError(f"{spec.name}: no workload or reference, so dlrun measures the job by a short run in its "
+                        f"image {spec.image} here, and no container runtime works here ({runtime.problem}); "
+                        f"{INSTALL_HINT}, or {ASK_FOR_FIELDS}")
+    return entrypoint(spec, local=True, workers=1, image="runtime")
 
 
 def _probe_env(spec, tmp: str, cwd: str) -> dict[str, str]:

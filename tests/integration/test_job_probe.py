@@ -194,3 +194,29 @@ def test_a_probe_beside_a_cpu_hog_estimates_the_run_beside_it(tmp_path):
     assert probe.cpu is not None and probe.cpu["others"] >= 0.5 and probe.busy and "the machine was busy" in note
     assert 0.75 <= probe.run_seconds / run <= 1.25, f"estimate {probe.run_seconds:.1f} s, run {run:.1f} s: {note}"
     assert probe.run_low <= probe.run_seconds <= probe.run_high
+
+
+def test_a_job_with_an_image_is_probed_in_its_image(tmp_path, monkeypatch):
+    """The probe runs the job as a local job with `image:` runs: through the runtime (the stand-in podman, which
+    records the run and executes it on the host), so the speed measured is the image's."""
+    from tests.support.container_runtime import calls, fake_podman
+
+    image = "registry.example:5000/team/train:1.0"
+    bin_dir = tmp_path / "bin"
+    fake_podman(bin_dir, images=(image,))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    spec = load_job(job_file(tmp_path, "python3 train.py 3 0.2 0.3", image=image))
+    probe = probe_job(spec)
+    assert probe.complete and [round(p, 2) for _, p in probe.points] == [0.33, 0.67, 1.0]
+    runs = [c for c in calls(bin_dir) if c[:1] == ["run"]]
+    assert runs and all(image in c for c in runs) and "DLRUN_PROBE" in runs[-1]
+    spec_without = load_job(job_file(tmp_path, "python3 train.py 3 0.2 0.3"))
+    assert cached_probe(spec_without) is None  # another environment: probed on its own
+
+
+def test_a_job_with_an_image_and_no_runtime_here_cannot_be_probed_and_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLRUN_CONTAINER_RUNTIME", "podman-nowhere")
+    spec = load_job(job_file(tmp_path, "python3 train.py 3 0.2 0.3", image="registry.example:5000/team/train:1.0"))
+    with pytest.raises(SpecError) as e:
+        probe_job(spec)
+    assert "no container runtime works here" in str(e.value) and "add `workload:`" in str(e.value)
