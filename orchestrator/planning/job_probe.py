@@ -3,8 +3,8 @@
 The job runs here as it would on the local Ray head (its workdir, its env, `jobs` importable, a `run:`
 command under jobs/tee.py; a job with `image:` in that image, with podman or docker), told by DLRUN_PROBE=1
 that this is a probe, with a throw-away DLRUN_CHECKPOINT_DIR. Its jobs.metrics lines say how far it got:
-`progress` (share of the run done, 0-1), or epoch/epochs, or step/steps, and optionally samples_per_s; for a script that does not call
-jobs.metrics, jobs/tee.py writes such lines from what it prints (tqdm bars, Lightning's and the HF
+`progress` (share of the run done, 0-1), or epoch/epochs, or step/steps, and optionally samples_per_s; for a
+script that does not call jobs.metrics, jobs/tee.py writes such lines from what it prints (tqdm bars, Lightning's and the HF
 Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own lines win when it has any. The
 probe stops when the job ends, once its rate is stable (the last STABLE_WINDOWS intervals of at least
 STABLE_WINDOW_S each agree within STABLE_TOLERANCE of their mean) and PROBE_MIN_SECONDS have passed, or at
