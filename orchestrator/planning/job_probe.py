@@ -1,23 +1,22 @@
 """A job with neither `workload:` nor `reference:` is measured: a short local run of its entrypoint.
 
-The job runs here as it would on the local Ray head (its workdir, its env, `jobs` importable, a `run:`
-command under jobs/tee.py; a job with `image:` in that image, with podman or docker), told by DLRUN_PROBE=1
-that this is a probe, with a throw-away DLRUN_CHECKPOINT_DIR. Its jobs.metrics lines say how far it got:
-`progress` (share of the run done, 0-1), or epoch/epochs, or step/steps, and optionally samples_per_s; for a
-script that does not call jobs.metrics, jobs/tee.py writes such lines from what it prints (tqdm bars, Lightning's and the HF
-Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own lines win when it has any. The
+The job runs here as it would on the local Ray head (its workdir, its env, `jobs` importable, a `run:` command
+under jobs/tee.py; a job with `image:` in that image, with podman or docker), told by DLRUN_PROBE=1 that this
+is a probe, with a throw-away DLRUN_CHECKPOINT_DIR. Its jobs.metrics lines say how far it got: `progress`
+(share of the run done, 0-1), or epoch/epochs, or step/steps, and optionally samples_per_s; for a script that
+does not call jobs.metrics, jobs/tee.py writes such lines from what it prints (tqdm bars, Lightning's and the
+HF Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own lines win when it has any. The
 probe stops when the job ends, once its rate is stable (the last STABLE_WINDOWS intervals of at least
 STABLE_WINDOW_S each agree within STABLE_TOLERANCE of their mean) and PROBE_MIN_SECONDS have passed, or at
 PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its start may be slow). The run time is the
-time so far plus what is left at the rate of those last intervals (the job's start and a slow first epoch
-are counted once); the slowest and fastest of them give the range. The CPU the job got meanwhile is
-measured (cpu_share.py): where its threads waited for a CPU (a machine busy with other work), the range
-reaches down to what the job would take alone; a rate that held steady (steady load: likely still there
-for the run) is planned as measured, one still changing at the cap (load that came and went) as the job
-alone would run. A job
+time so far plus what is left at the rate of those last intervals (the job's start and a slow first epoch are
+counted once); the slowest and fastest of them give the range. The CPU the job got meanwhile is measured
+(cpu_share.py): where its threads waited for a CPU (a machine busy with other work), the range reaches down to
+what the job would take alone; a rate that held steady (steady load: likely still there for the run) is
+planned as measured, one still changing at the cap (load that came and went) as the job alone would run. A job
 that ends by itself (exit 0) within the probe is timed to its end, progress or not. The result is cached by
-the job's command, env and workdir content. A job that fails
-during the probe, or reports nothing before PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
+the job's command, env, image and workdir content. A job that fails during the probe, or reports nothing before
+PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
 """
 from __future__ import annotations
 
