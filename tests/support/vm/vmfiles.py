@@ -16,6 +16,7 @@ What they reproduce:
 """
 from __future__ import annotations
 
+import gzip
 import subprocess
 from pathlib import Path
 
@@ -109,6 +110,10 @@ def vm_files(vm_dir: Path, image: Image, *, user: str, hostname: str, private_ip
     add(f"{home}/.ssh/authorized_keys", "".join(k.strip() + "\n" for k in authorized_keys), 0o600,
         (uid, uid), dirs=[(home, 0o750, uid, uid), (f"{home}/.ssh", 0o700, uid, uid)], skel=home)
     if boot_script is not None and runner == "cloud-init":
+        # cloud-init decompresses gzip'd user-data before it looks at it (cloudinit/user_data.py: decomp_gzip;
+        # docs "User data formats": "Content found to be gzip compressed will be uncompressed")
+        if boot_script[:2] == b"\x1f\x8b":
+            boot_script = gzip.decompress(boot_script)
         add(USER_DATA, boot_script, 0o700)
     elif boot_script is not None:  # GCE's guest agent fetches it from the metadata server at every boot
         (src / "startup-script").write_bytes(boot_script)
