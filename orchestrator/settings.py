@@ -16,7 +16,7 @@ from typing import Callable, Literal
 Kind = Literal["env", "config"]
 # who reads it: dlrun on this machine; the job's own process on its node (dlrun sets it for the job);
 # the node's boot script; the test harness
-Reader = Literal["dlrun", "job", "node", "tests"]
+Reader = Literal["dlrun", "job", "node"]
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,6 @@ SETTINGS: tuple[Setting, ...] = (
          "job"),
     _env("DLRUN_METADATA_URL", str, "http://169.254.169.254", "the metadata service jobs/notice.py polls", "job"),
     _env("DLRUN_NODE_DIR", Path, "/var/lib/dlrun", "the node's dlrun directory (venv, boot log, markers)", "node"),
-    _env("DLRUN_LAB_CACHE", Path, "~/.cache/dlrun-lab", "the emulated VMs' root file systems and wheels "
-         "(tests/support/vm)", "tests"),
-    _env("DLRUN_TEST_IMAGE", str, None, "a local container image with python3 for the real container test "
-         "(tests/integration/test_local_container_run.py); unset: it skips", "tests"),
     # --- Ray's, the clouds' and the system's, honoured as their own tools do
     _env("RAY_ADDRESS", str, None, "set by Ray inside a job: the jobs/ helpers then report through Ray", "job"),
     _env("RAY_AUTH_MODE", str, None, "`token`: a head dlrun did not start is reached with Ray's own token",
@@ -225,7 +221,6 @@ GROUPS: tuple[tuple[str, Callable[[Setting], bool]], ...] = (
      lambda s: s.kind == "env" and s.read_by in ("job", "node") and not s.foreign),
     ("Environment: Ray's, the clouds' and the system's, honoured", lambda s: s.foreign),
     ("`$DLRUN_HOME/config.yaml`", lambda s: s.kind == "config"),
-    ("Tests", lambda s: s.read_by == "tests"),
 )
 
 
