@@ -32,7 +32,6 @@ import json
 import lzma
 import shutil
 import subprocess
-import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from . import lab_http
 from .rootfs import MIRROR, SUITE, cache_dir, key_of, locked, stock_inputs, stock_root
 
 RECIPE = 2
@@ -179,50 +179,22 @@ class AptMirror:
     _server: http.server.ThreadingHTTPServer | None = None
 
     def start(self) -> "AptMirror":
-        mirror = self
-        base = self.directory.resolve()
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # apt pipelines its requests on one connection
-
-            def log_message(self, *args):
-                pass
-
-            def do_HEAD(self):
-                self.do_GET(head=True)
-
-            def do_GET(self, head: bool = False):
-                path = unquote(urlparse(self.path).path)
-                target = (base / path.removeprefix("/debian/")).resolve()
-                ok = (path.startswith("/debian/") and target.is_file() and target.is_relative_to(base)
-                      and target.name != "mirror.json")
-                mirror.requests.append(f"{self.command} {path} {200 if ok else 404}")
-                del mirror.requests[:-2000]
-                body = b"" if ok else b"Not Found\n"
-                self.send_response(200 if ok else 404)
-                self.send_header("Content-Type", "application/octet-stream" if ok else "text/plain")
-                self.send_header("Content-Length", str(target.stat().st_size if ok else len(body)))
-                self.end_headers()
-                if head:
-                    return
-                if not ok:
-                    self.wfile.write(body)
-                    return
-                self.wfile.flush()
-                with open(target, "rb") as f:
-                    self.connection.sendfile(f)
-
-        self._server = http.server.ThreadingHTTPServer((self.host, self.port), Handler)
-        self._server.daemon_threads = True
+        self._server = lab_http.serve(self.host, self.port, self.answer, self.requests, "lab-apt")
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, name=f"lab-apt-{self.port}", daemon=True).start()
         return self
 
+    def answer(self, path: str) -> lab_http.Answer:
+        """A file of the mirror's tree under /debian/ (not its own mirror.json), else 404 as a mirror answers."""
+        base = self.directory.resolve()
+        target = (base / path.removeprefix("/debian/")).resolve()
+        if path.startswith("/debian/") and target.is_file() and target.is_relative_to(base) \
+                and target.name != "mirror.json":
+            return 200, b"", "application/octet-stream", target
+        return 404, b"Not Found\n", "text/plain", None
+
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        lab_http.stop(self._server)
+        self._server = None
 
     @property
     def url(self) -> str:

@@ -33,14 +33,14 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
+from . import lab_http
 from .rootfs import cache_dir, key_of, locked
 
 PYTHON_VERSION = "3.11"  # Debian 12's python3
@@ -200,46 +200,13 @@ class PackageIndex:
     def start(self) -> "PackageIndex":
         self.files = json.loads((self.directory / "index.json").read_text())["files"]
         self._torch = torch_closure(self.files)
-        index = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):  # noqa: D401 (quiet: requests are kept in index.requests)
-                pass
-
-            def do_HEAD(self):
-                self.do_GET(head=True)
-
-            def do_GET(self, head: bool = False):
-                status, body, ctype, path = index.answer(unquote(self.path.split("?", 1)[0]))
-                index.requests.append(f"{self.command} {self.path} {status}")
-                del index.requests[:-2000]
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                size = path.stat().st_size if path is not None else len(body)
-                self.send_header("Content-Length", str(size))
-                self.end_headers()
-                if head:
-                    return
-                if path is None:
-                    self.wfile.write(body)
-                    return
-                self.wfile.flush()
-                with open(path, "rb") as f:
-                    self.connection.sendfile(f)
-
-        self._server = http.server.ThreadingHTTPServer((self.host, self.port), Handler)
-        self._server.daemon_threads = True
+        self._server = lab_http.serve(self.host, self.port, self.answer, self.requests, "lab-index")
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, name=f"lab-index-{self.port}", daemon=True).start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        lab_http.stop(self._server)
+        self._server = None
 
     @property
     def url(self) -> str:
@@ -251,7 +218,7 @@ class PackageIndex:
         return {"pypi": f"{self.url}/simple", "torch": f"{self.url}/whl"}
 
     # -------------------------------------------------------------- pages
-    def answer(self, path: str) -> tuple[int, bytes, str, Path | None]:
+    def answer(self, path: str) -> lab_http.Answer:
         """(status, body, content type, file to send instead of body) for a GET of `path`."""
         parts = [p for p in path.split("/") if p]
         if len(parts) == 2 and parts[0] == "files":
