@@ -20,7 +20,9 @@ verifies and unpacks them as it would any image:
   image's layer (the same blob) and a layer of the packages in /usr/local/lib/python3.11/dist-packages
   (where Debian's python3 finds pip's installs outside apt), installed by this machine's pip from the wheels
   the lab's package index caches (package_index.py: exactly that set, cp311 manylinux x86_64), their console
-  scripts in /usr/local/bin (`#!/usr/bin/python3`, as pip writes them there). No __pycache__ (a
+  scripts in /usr/local/bin (`#!/usr/bin/python3`, as pip writes them there), and /usr/local/bin/python, a link
+  to python3, as the python images have (python:3.11's Dockerfile: "make some useful symlinks that are
+  expected to exist", python -> python3; Ray's image_uri runs `python` in the image). No __pycache__ (a
   `pip install --no-compile`; Python writes them at first import, as in an image built so).
 Each tag names an image manifest (what `podman push` of a local image writes), but the arm64 one's, an index.
 What they do not reproduce: Docker Hub's multi-platform indexes for every image (the python and nopython
@@ -53,7 +55,7 @@ from pathlib import Path
 
 from .rootfs import MIRROR, SUITE, cache_dir, key_of, locked, stock_inputs, stock_root
 
-RECIPE = 1
+RECIPE = 2  # 2: ray-torch's /usr/local/bin/python
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -195,6 +197,7 @@ def packages_layer(work: Path, dest: Path) -> tuple[str, str, int]:
         (scripts / script.name).write_bytes(text)
         (scripts / script.name).chmod(0o755)
     shutil.rmtree(site / "bin")
+    (scripts / "python").symlink_to("/usr/bin/python3")  # `python`, as python images have it (see the docstring)
     for directory in (scripts, *site.relative_to(work).parents):  # (ours, not pip's: whatever the umask)
         (work / directory).chmod(0o755)
     return gzip_layer(["tar", "-C", str(work), "--numeric-owner", "--owner=0", "--group=0", "--sort=name",
