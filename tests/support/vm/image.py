@@ -82,8 +82,8 @@ cgroups = "disabled"
 
 # a rootless user's podman config, copied into each new home by `useradd -m` (see the docstring)
 ROOTLESS_CONF = "etc/skel/.config/containers/containers.conf"
-ROOTLESS_CONF_TEXT = """# The emulated-VM lab's (tests/support/vm/image.py), not a real VM's: podman's default back for a
-# rootless user, over the lab's drop-in that disables cgroups for root's podman (rootless crun runs a
+ROOTLESS_CONF_TEXT = """# The emulated-VM lab's (tests/support/vm/image.py), not a real VM's: podman's default back
+# for a rootless user, over the lab's drop-in that disables cgroups for root's podman (rootless crun runs a
 # container without a cgroup where it may not make one; `--pid=host` needs cgroups not disabled).
 [containers]
 cgroups = "enabled"

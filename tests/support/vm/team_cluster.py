@@ -25,9 +25,10 @@ ray/_private/resource_and_label_spec.py):
   `entrypoint_num_gpus` / `entrypoint_resources` land on that worker;
 - the cluster vanishing: the head VM is killed (every process at once, its address unreachable), as when
   the team's head machine dies or its admins tear it down.
-With `containers=True` (or a tuple of roles) its nodes are also set up for Ray's image_uri runtime env (a job's `image:` on a team
-cluster, orchestrator/runs/entrypoint.py), as a team's admins must set them up for it (CONTAINERS_SCRIPT):
-- podman on every node, from the distro's mirror (the lab's Debian mirror, `lab.mirrors["apt"]`, as the
+With `containers=True` (or a tuple of roles) its nodes are also set up for Ray's image_uri runtime env (a
+job's `image:` on a team cluster, orchestrator/runs/entrypoint.py), as a team's admins must set them up for it
+(CONTAINERS_SCRIPT; the other roles run Ray as root without podman, as a node the admins have not set up yet):
+- podman on each such node, from the distro's mirror (the lab's Debian mirror, `lab.mirrors["apt"]`, as the
   node's only apt source), with its Recommends: uidmap (newuidmap/newgidmap), slirp4netns, fuse-overlayfs.
   Ray's docs: "the image_uri field ... requires podman to be installed on the cluster's nodes", and the
   image must hold the cluster's Ray and Python versions (docs.ray.io, handling-dependencies.html,
@@ -186,8 +187,9 @@ class TeamRayCluster:
             "pypi": q(self.lab.mirrors["pypi"]), "torch_index": q(self.lab.mirrors["torch"] + "/cpu"),
             "uv_version": q(UV_VERSION), "get_uv": GET_UV, "ray": q(ray), "torch": q(torch), "start": start,
             "uv_pins": " ".join(q(f"{arch}={wheel}={sha}") for arch, (wheel, sha) in UV_WHEELS.items()),
-            "containers": CONTAINERS_SCRIPT % {"apt": q(self.lab.mirrors["apt"]), "user": RAY_USER,
-                                               "registry": q(self.lab.registry.host)} if role in self.containers else "",
+            "containers": CONTAINERS_SCRIPT % {
+                "apt": q(self.lab.mirrors["apt"]), "user": RAY_USER, "registry": q(self.lab.registry.host),
+            } if role in self.containers else "",
             "wait_podman": WAIT_PODMAN if role in self.containers else ""}
 
     # ------------------------------------------------------------ lifecycle

@@ -67,8 +67,8 @@ TTY_GID = 5  # Debian's tty group
 # makes overlay mounts whose upper layer cannot be on an overlay: "'overlay' is not supported over overlayfs")
 ON_DISK = ("/var/lib/containers", "/home")
 TUN = (10, 200)  # /dev/net/tun: the misc device's major, TUN_MINOR (linux/miscdevice.h)
-ROOTLESS_NOTE = """What a real VM's systemd sets up at boot that rootless podman (a non-root user's, with --userns=keep-id
-as Ray's image_uri runs it) needs, and the lab's /dev would otherwise lack:
+ROOTLESS_NOTE = """What a real VM's systemd sets up at boot that rootless podman (a non-root user's, with
+--userns=keep-id as Ray's image_uri runs it) needs, and the lab's /dev would otherwise lack:
 - /dev/mqueue, a mqueue file system (systemd's dev-mqueue.mount, mount_setup.c's table): `podman run --ipc=host`
   binds it into the container, and fails without it ("statfs /dev/mqueue: no such file or directory");
 - /dev/net/tun (char 10:200; devtmpfs has it, the tun module loads at its first open): rootless podman's default
