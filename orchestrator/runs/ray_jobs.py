@@ -62,6 +62,21 @@ class JobInfo:
                    metadata=d.get("metadata") or {}, runtime_env=d.get("runtime_env") or {})
 
 
+RUNTIME_ENV_FAILED = "runtime_env setup failed"  # how Ray's message of such a job starts (ray 2.60 job_manager.py)
+
+
+def setup_failure(message: str | None) -> str:
+    """One line of Ray's message for a job whose runtime env could not be set up, so its driver never ran (e.g.
+    an image_uri job on a node without podman): Ray's words, the node and the error's last line, as in
+    "runtime_env setup failed on node 10.77.0.4: FileNotFoundError: [Errno 2] No such file or directory:
+    'podman'"; "" for any other message."""
+    if not message or not message.startswith(RUNTIME_ENV_FAILED):
+        return ""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    node = re.search(r"\[Node ([^\]]+)\]", message)
+    return f"{RUNTIME_ENV_FAILED}{f' on node {node.group(1)}' if node else ''}: {lines[-1][:300]}"
+
+
 class LogFollower(Protocol):
     """A job's log as it grows (log_tail.LogTail): each character handed out once."""
 

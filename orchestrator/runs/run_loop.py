@@ -173,6 +173,8 @@ class RunLoop:
         view.phase = status.value.lower()
         self.ctx.display.update(view)  # the result line is the caller's to print, once (render/summary)
         if status == JobStatus.FAILED:
+            if outcome.exit_code is None and outcome.detail:  # it never ran (watch.py): there is no log to see
+                raise JobFailedError(f"job {job_id} failed on {view.backend}: {outcome.detail}")
             code = f" (exit code {outcome.exit_code})" if outcome.exit_code is not None else ""
             raise JobFailedError(f"job {job_id} failed on {view.backend}{code}; see `dlrun logs {job_id}`")
         return SubmitResult(job_id, status, exit_code_for(status, sigterm.received()), outcome.result)

@@ -22,7 +22,7 @@ from orchestrator.states import Ending, RayJobStatus
 
 if TYPE_CHECKING:
     from infra.base import NodeState, ProviderError
-    from orchestrator.runs.ray_jobs import JobsClient, LogFollower
+    from orchestrator.runs.ray_jobs import JobInfo, JobsClient, LogFollower
 
 HEAD_FAILURES_BEFORE_CHECK = 10  # failed status polls in a row before the cloud is asked about the nodes
 HEAD_LOST_AFTER_S = 600.0  # a head unreachable this long while its instances run is lost
@@ -245,8 +245,14 @@ class Watcher:
         checkpoint: recover); else its ending, with what it reported."""
         if ending == Ending.FAILED and self.noticed is not None:
             return Outcome(Ending.PREEMPTED, self.noticed, run_seconds=self._run_seconds())
-        code = self._exit_code()
-        detail = f"the job exited with code {code}" if ending == Ending.FAILED and code is not None else ""
+        from orchestrator.runs.ray_jobs import setup_failure
+
+        info = self._info()
+        code = info.driver_exit_code if info is not None else None
+        detail = ""
+        if ending == Ending.FAILED:  # with no exit code the driver never ran: Ray's message says why
+            detail = f"the job exited with code {code}" if code is not None else \
+                setup_failure(info.message if info is not None else None)
         return Outcome(ending, detail, result=self.result, run_seconds=self._run_seconds(), exit_code=code)
 
     def _head_lost(self, error: Exception, unreachable_s: float) -> str | None:
@@ -276,8 +282,8 @@ class Watcher:
             pass
         return None
 
-    def _exit_code(self) -> int | None:
+    def _info(self) -> JobInfo | None:
         try:
-            return self.jobs.info(self.submission_id).driver_exit_code
+            return self.jobs.info(self.submission_id)
         except Exception:
             return None

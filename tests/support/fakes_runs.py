@@ -233,7 +233,7 @@ class FakeJobs:
     Every status() call first moves the clock by `dt` seconds (the time between two polls).
 
     As Ray's Jobs API (ray_jobs.RayJobs): start_time/end_time in ms, set when the job runs/ends; a job
-    that failed has driver_exit_code `exit_code`; stop() of any job answers True.
+    that failed has driver_exit_code `exit_code` and Ray's message `message`; stop() of any job answers True.
     `submit_error`: what submit() raises instead, as RayJobs.submit raises once its own retries of a head
     that is not ready yet ran out (a JobsApiError without status: no answer) or at once (Ray's 400).
     Not reproduced: package uploads, the not-ready retries themselves (tests/integration/test_ray_jobs.py
@@ -257,6 +257,7 @@ class FakeJobs:
         self.start_ms: float | None = None
         self.end_ms: float | None = None
         self.exit_code: int | None = None  # the driver's, reported once the job failed
+        self.message: str | None = None  # Ray's message of the job, reported once it failed
         self.last = RayJobStatus.PENDING  # the status the last status() call answered
 
     def submit(self, **kw) -> str:
@@ -306,7 +307,8 @@ class FakeJobs:
 
     def info(self, submission_id: str) -> JobInfo:
         return JobInfo(submission_id, self.last, start_time=_ms(self.start_ms), end_time=_ms(self.end_ms),
-                       driver_exit_code=self.exit_code if self.last == RayJobStatus.FAILED else None)
+                       driver_exit_code=self.exit_code if self.last == RayJobStatus.FAILED else None,
+                       message=self.message if self.last == RayJobStatus.FAILED else None)
 
 
 def _ms(t: float | None) -> int | None:

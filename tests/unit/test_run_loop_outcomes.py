@@ -116,6 +116,15 @@ def test_a_relaunch_recovers_without_counting_or_blocking(store, clock):
 
 # --- restarts and the end ----------------------------------------------------------------------------
 
+def test_a_job_that_never_ran_fails_with_ray_s_reason_instead_of_a_pointer_to_its_empty_log(store, clock):
+    loop, _ = new_loop(store, clock)
+    why = "runtime_env setup failed on node 10.77.0.4: FileNotFoundError: [Errno 2] No such file or directory: 'podman'"
+    with pytest.raises(JobFailedError) as ei:
+        loop.finish(Outcome(Ending.FAILED, why))
+    assert ei.value.message == f"job {loop.job_id} failed on {loop.ctx.view.backend}: {why}"
+    assert store.get_job(loop.job_id).status is JobStatus.FAILED
+
+
 def test_a_failure_restarts_while_restarts_are_left_then_fails_the_job(store, clock):
     loop, _ = new_loop(store, clock, AWS_JOB + "max_restarts_on_errors: 1\n")
     loop.attempt = lambda: Outcome(Ending.FAILED, "the job exited with code 3", exit_code=3)  # the next try

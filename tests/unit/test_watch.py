@@ -112,6 +112,31 @@ def test_terminal_ray_statuses_end_the_watch(final):
     assert h.display.logs[-1] == "ValueError: boom"
 
 
+# Ray 2.60's message of an image_uri job on a node without podman (the lab's team cluster, abridged)
+NO_PODMAN = """runtime_env setup failed: Failed to set up runtime environment.
+Could not create the actor because its associated runtime env failed to be created.
+[Node 10.77.0.4] Traceback (most recent call last):
+  File "/opt/team-ray/venv/lib/python3.11/site-packages/ray/_private/runtime_env/image_uri.py", line 42, in _create_impl
+    process = await asyncio.create_subprocess_exec(
+FileNotFoundError: [Errno 2] No such file or directory: 'podman'
+"""
+
+
+def test_a_job_whose_runtime_env_failed_ends_with_ray_s_reason_in_one_line():
+    h = Harness(["PENDING", "FAILED"])
+    h.jobs.message = NO_PODMAN  # and no exit code: the driver never ran
+    out = h.run()
+    assert out.kind == "FAILED" and out.exit_code is None
+    assert out.detail == ("runtime_env setup failed on node 10.77.0.4: "
+                          "FileNotFoundError: [Errno 2] No such file or directory: 'podman'")
+
+
+def test_a_job_that_exited_keeps_its_exit_code_whatever_ray_s_message():
+    h = Harness(["RUNNING", "FAILED"])
+    h.jobs.exit_code, h.jobs.message = 3, "Job entrypoint command failed with exit code 3"
+    assert h.run().detail == "the job exited with code 3"
+
+
 def test_run_seconds_is_none_when_info_fails():
     h = Harness(["RUNNING", "SUCCEEDED"])
     h.jobs.info = lambda sid: (_ for _ in ()).throw(ConnectionError("gone"))

@@ -35,7 +35,13 @@ visible inside. Two images, picked per instance from the image the cloud was ask
   (`--memory`, `--cpus`, `--pids-limit`) are accepted and not enforced (no cgroups); `--cgroups=enabled`
   fails ("cgroup.subtree_control: Read-only file system"); `--ulimit` above this host's hard limits
   (RLIMIT_NOFILE 20000, RLIMIT_MEMLOCK 8 MiB here) fails ("setrlimit `RLIMIT_NOFILE`: Operation not
-  permitted") where a real VM's root raises them; no /dev/fuse, no GPU devices.
+  permitted") where a real VM's root raises them; no /dev/fuse, no GPU devices. For a non-root user's
+  (rootless) podman the layer puts ROOTLESS_CONF in /etc/skel (so `useradd -m` gives it to a new user, as
+  Debian's useradd copies /etc/skel): `cgroups = "enabled"`, podman's default, read after the drop-in: rootless
+  crun leaves a container without a cgroup of its own where it may not make one (the VM's read-only
+  /sys/fs/cgroup), so the default works there, and `--pid=host` (which Ray's image_uri passes) needs it:
+  with cgroups disabled podman refuses it ("containers not creating Cgroups must create a private PID
+  namespace"). Rootless podman's other needs are the VM's (vm_init.ROOTLESS_NOTE).
 
 The layers are written into the lab's directory at VmLab.open (milliseconds); the Debian root is cached
 (rootfs.py), so a test session builds it at most once.
@@ -74,6 +80,15 @@ CONTAINERS_CONF_TEXT = """# The emulated-VM lab's admin config (tests/support/vm
 cgroups = "disabled"
 """
 
+# a rootless user's podman config, copied into each new home by `useradd -m` (see the docstring)
+ROOTLESS_CONF = "etc/skel/.config/containers/containers.conf"
+ROOTLESS_CONF_TEXT = """# The emulated-VM lab's (tests/support/vm/image.py), not a real VM's: podman's default back
+# for a rootless user, over the lab's drop-in that disables cgroups for root's podman (rootless crun runs a
+# container without a cgroup where it may not make one; `--pid=host` needs cgroups not disabled).
+[containers]
+cgroups = "enabled"
+"""
+
 
 @dataclass(frozen=True)
 class Image:
@@ -97,6 +112,9 @@ def write_lab_layer(dest: Path) -> Path:
     conf = dest / CONTAINERS_CONF
     conf.parent.mkdir(parents=True)
     conf.write_text(CONTAINERS_CONF_TEXT)
+    rootless = dest / ROOTLESS_CONF
+    rootless.parent.mkdir(parents=True)
+    rootless.write_text(ROOTLESS_CONF_TEXT)
     return dest
 
 

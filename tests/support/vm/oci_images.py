@@ -13,16 +13,30 @@ verifies and unpacks them as it would any image:
   pushes; on this amd64 lab podman refuses it ("no image found in manifest list for architecture amd64").
   Its layer is a placeholder, not an arm64 root: one text file saying so (nothing on amd64 gets to it).
 - private/python:bookworm: the python image on the private registry (registry.py: behind basic auth).
+- dlrun-lab/ray-torch:bookworm: a team's training image, as one built `FROM python` + `RUN pip install` (or a
+  pytorch/pytorch image with Ray added): Ray's image_uri docs require the cluster's Ray and Python version in
+  the image, so it holds ray[default,train] at the client's Ray, torch's CPU wheel at the client's torch,
+  numpy and scikit-learn with their dependencies, for the image's CPython 3.11. Two layers: the python
+  image's layer (the same blob) and a layer of the packages in /usr/local/lib/python3.11/dist-packages
+  (where Debian's python3 finds pip's installs outside apt), installed by this machine's pip from the wheels
+  the lab's package index caches (package_index.py: exactly that set, cp311 manylinux x86_64), their console
+  scripts in /usr/local/bin (`#!/usr/bin/python3`, as pip writes them there), and /usr/local/bin/python, a link
+  to python3, as the python images have (python:3.11's Dockerfile: "make some useful symlinks that are
+  expected to exist", python -> python3; Ray's image_uri runs `python` in the image). No __pycache__ (a
+  `pip install --no-compile`; Python writes them at first import, as in an image built so).
 Each tag names an image manifest (what `podman push` of a local image writes), but the arm64 one's, an index.
 What they do not reproduce: Docker Hub's multi-platform indexes for every image (the python and nopython
-tags name a single amd64 manifest), image signatures, attestations, zstd layers, more than one layer.
+tags name a single amd64 manifest), image signatures, attestations, zstd layers, CUDA builds of torch (the
+lab has no GPU), pip's own files in the images (no pip in ray-torch either: the image's python3 has none).
 
 Storage: the registry's filesystem driver layout (distribution/distribution registry/storage/paths.go):
 docker/registry/v2/blobs/sha256/<2>/<hex>/data; repositories/<name>/_layers/sha256/<hex>/link (layers
 and config), _manifests/revisions/sha256/<hex>/link, _manifests/tags/<tag>/current/link and
 .../index/sha256/<hex>/link, each link holding "sha256:<hex>". Two trees, public/ and private/, served by
 one docker-registry each, read-only (registry.py). Cache: <rootfs.cache_dir()>/registry/<key>/, built once
-under a flock (the stock root's layer ~4 s, the minbase root ~20 s with mmdebstrap, here).
+under a flock (the stock root's layer ~4 s, the minbase root ~20 s with mmdebstrap, ray-torch's packages
+layer ~60 s (pip ~25 s, 1.5 GB of files gzipped at level 1 to ~490 MB in ~30 s; level 6 would make it ~430
+MB in ~95 s), here).
 """
 from __future__ import annotations
 
@@ -30,8 +44,10 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 import zlib
@@ -39,7 +55,7 @@ from pathlib import Path
 
 from .rootfs import MIRROR, SUITE, cache_dir, key_of, locked, stock_inputs, stock_root
 
-RECIPE = 1
+RECIPE = 2  # 2: ray-torch's /usr/local/bin/python
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -48,7 +64,15 @@ PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MINBASE_HOOK = 'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin'  # as Debian's official images
 # name:tag -> (storage tree, what it is)
 IMAGES = {"dlrun-lab/python:bookworm": "public", "dlrun-lab/nopython:bookworm": "public",
-          "dlrun-lab/arm64only:bookworm": "public", "private/python:bookworm": "private"}
+          "dlrun-lab/arm64only:bookworm": "public", "private/python:bookworm": "private",
+          "dlrun-lab/ray-torch:bookworm": "public"}
+# an image's kind (its repository's last part) -> its layers, bottom first
+LAYERS = {"python": ("python",), "nopython": ("nopython",), "arm64only": ("arm64",),
+          "ray-torch": ("python", "ray-torch")}
+RAY_TORCH_PROJECTS = ("ray", "torch", "scikit-learn", "numpy")  # of package_index.requirements()
+SITE_DIR = "usr/local/lib/python3.11/dist-packages"  # Debian's python3: pip's installs outside apt
+PACKAGES_GZIP = 1  # gzip level of the packages layer: 6 saves ~12% for 3x the build time (see above)
+EPOCH = 1767225600  # 2026-01-01: every file's mtime in a layer this module writes (a reproducible digest)
 PLACEHOLDER = (b"dlrun's VM lab: a placeholder layer of an arm64-only image (tests/support/vm/oci_images.py).\n"
                b"The lab is amd64: podman refuses the image before it would unpack this.\n")
 BUILD_TIMEOUT_S = 600
@@ -103,10 +127,10 @@ class _Blobs:
             self._link(manifests / "tags" / tag / "index" / "sha256" / digest.split(":")[1] / "link", digest)
 
 
-def gzip_layer(tar_argv: list[str], dest: Path) -> tuple[str, str, int]:
+def gzip_layer(tar_argv: list[str], dest: Path, level: int = 1) -> tuple[str, str, int]:
     """Runs `tar_argv` (a tar on stdout) and writes it gzip-compressed to `dest`: (digest, diff_id, size)."""
     raw, packed = hashlib.sha256(), hashlib.sha256()
-    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # gzip format, fast
+    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)  # gzip format (level 1: fast)
     proc = subprocess.Popen(tar_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
     with open(dest, "wb") as out:
@@ -124,22 +148,66 @@ def gzip_layer(tar_argv: list[str], dest: Path) -> tuple[str, str, int]:
     return "sha256:" + packed.hexdigest(), "sha256:" + raw.hexdigest(), dest.stat().st_size
 
 
-def _image(blobs: _Blobs, layer: tuple[str, str, int], arch: str, created_by: str) -> tuple[str, int]:
-    """Config + manifest for one layer (already in `blobs`): (manifest digest, size)."""
-    digest, diff_id, size = layer
+def _image(blobs: _Blobs, layers: list[tuple[str, str, int]], arch: str,
+           created_by: list[str]) -> tuple[str, int]:
+    """Config + manifest for `layers` (bottom first, already in `blobs`; one history line each):
+    (manifest digest, size)."""
     config = _json({"architecture": arch, "os": "linux", "created": "2026-01-01T00:00:00Z",
                     "config": {"Env": [PATH_ENV], "Cmd": ["bash"]},
-                    "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-                    "history": [{"created": "2026-01-01T00:00:00Z", "created_by": created_by}]})
+                    "rootfs": {"type": "layers", "diff_ids": [diff_id for _, diff_id, _ in layers]},
+                    "history": [{"created": "2026-01-01T00:00:00Z", "created_by": line} for line in created_by]})
     manifest = _json({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                       "config": {"mediaType": OCI_CONFIG, "digest": blobs.put(config), "size": len(config)},
-                      "layers": [{"mediaType": OCI_LAYER, "digest": digest, "size": size}]})
+                      "layers": [{"mediaType": OCI_LAYER, "digest": digest, "size": size}
+                                 for digest, _, size in layers]})
     return blobs.put(manifest), len(manifest)
+
+
+def ray_torch_requirements() -> list[str]:
+    """What ray-torch's second layer installs: the lab index's pins of RAY_TORCH_PROJECTS (the client's Ray
+    and torch versions)."""
+    from .package_index import requirements
+
+    return [r for r in requirements() if re.split(r"[\[=<>]", r, maxsplit=1)[0] in RAY_TORCH_PROJECTS]
+
+
+def packages_layer(work: Path, dest: Path) -> tuple[str, str, int]:
+    """ray-torch's second layer: `pip install` of ray_torch_requirements() for the image's CPython 3.11 from
+    the lab index's wheels (nothing else: --no-index, this machine's pip configuration ignored), into
+    SITE_DIR of an empty root under `work`, its console scripts moved to /usr/local/bin; gzipped to `dest`."""
+    from .package_index import PLATFORMS, PYTHON_VERSION, wheel_dir
+
+    site = work / SITE_DIR
+    site.mkdir(parents=True)
+    argv = [sys.executable, "-m", "pip", "install", "--isolated", "-q", "--disable-pip-version-check",
+            "--no-index", "--find-links", str(wheel_dir()), "--only-binary=:all:", "--no-compile",
+            "--python-version", PYTHON_VERSION, "--implementation", "cp",
+            "--abi", "cp" + PYTHON_VERSION.replace(".", ""), "--target", str(site)]
+    for platform in PLATFORMS:
+        argv += ["--platform", platform]
+    proc = subprocess.run(argv + ray_torch_requirements(), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip install for the ray-torch image failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    scripts = work / "usr" / "local" / "bin"
+    scripts.mkdir()
+    for script in sorted((site / "bin").iterdir()):  # --target puts them beside the packages, for this python
+        text = script.read_bytes()
+        if text.startswith(b"#!"):
+            text = b"#!/usr/bin/python3" + text[text.index(b"\n"):]
+        (scripts / script.name).write_bytes(text)
+        (scripts / script.name).chmod(0o755)
+    shutil.rmtree(site / "bin")
+    (scripts / "python").symlink_to("/usr/bin/python3")  # `python`, as python images have it (see the docstring)
+    for directory in (scripts, *site.relative_to(work).parents):  # (ours, not pip's: whatever the umask)
+        (work / directory).chmod(0o755)
+    return gzip_layer(["tar", "-C", str(work), "--numeric-owner", "--owner=0", "--group=0", "--sort=name",
+                       f"--mtime=@{EPOCH}", "-cf", "-", "usr"], dest, PACKAGES_GZIP)
 
 
 def registry_inputs() -> dict:
     return {"images": IMAGES, "stock": key_of(stock_inputs()), "suite": SUITE, "mirror": MIRROR,
-            "minbase_hook": MINBASE_HOOK, "recipe": RECIPE}
+            "minbase_hook": MINBASE_HOOK, "recipe": RECIPE, "ray_torch": ray_torch_requirements(),
+            "packages_gzip": PACKAGES_GZIP}
 
 
 def storage_dir() -> Path:
@@ -173,7 +241,13 @@ def storage_dir() -> Path:
         placeholder = tmp / "layers" / "arm64-placeholder.tar.gz"
         placeholder.write_bytes(_gzip(buf.getvalue()))
         layers["arm64"] = (_digest(placeholder.read_bytes()), _digest(buf.getvalue()), placeholder.stat().st_size)
-        files = {"python": "python.tar.gz", "nopython": "nopython.tar.gz", "arm64": "arm64-placeholder.tar.gz"}
+        layers["ray-torch"] = packages_layer(tmp / "ray-torch-root", tmp / "layers" / "ray-torch.tar.gz")
+        shutil.rmtree(tmp / "ray-torch-root")
+        files = {"python": "python.tar.gz", "nopython": "nopython.tar.gz", "arm64": "arm64-placeholder.tar.gz",
+                 "ray-torch": "ray-torch.tar.gz"}
+        history = {key: f"dlrun VM lab: {kind} root ({SUITE})"
+                   for key, kind in (("python", "python"), ("nopython", "nopython"), ("arm64", "arm64only"))}
+        history["ray-torch"] = "RUN pip install " + " ".join(ray_torch_requirements())
         made = {}
         for tree in ("public", "private"):
             blobs = _Blobs(tmp / tree)
@@ -182,11 +256,12 @@ def storage_dir() -> Path:
                     continue
                 repo, tag = name.split(":")
                 kind = repo.split("/")[1]
-                layer_key = "arm64" if kind == "arm64only" else kind
-                blobs.adopt(layers[layer_key][0], tmp / "layers" / files[layer_key])
-                blobs.link_layer(repo, layers[layer_key][0])
+                for key in LAYERS[kind]:
+                    blobs.adopt(layers[key][0], tmp / "layers" / files[key])
+                    blobs.link_layer(repo, layers[key][0])
                 arch = "arm64" if kind == "arm64only" else "amd64"
-                digest, size = _image(blobs, layers[layer_key], arch, f"dlrun VM lab: {kind} root ({SUITE})")
+                digest, size = _image(blobs, [layers[key] for key in LAYERS[kind]], arch,
+                                      [history[key] for key in LAYERS[kind]])
                 config = json.loads(blobs.blob_path(digest).read_bytes())["config"]["digest"]
                 blobs.link_layer(repo, config)  # (the registry serves a config through the repository's layer links)
                 if kind == "arm64only":
@@ -196,14 +271,15 @@ def storage_dir() -> Path:
                          "platform": {"architecture": "arm64", "os": "linux", "variant": "v8"}}]})
                     digest = blobs.put(index)
                 blobs.link_manifest(repo, digest, tag)
-                made[name] = {"digest": digest, "layer": layers[layer_key][0], "layer_bytes": layers[layer_key][2]}
+                made[name] = {"digest": digest, "layers": [layers[key][0] for key in LAYERS[kind]],
+                              "layer_bytes": sum(layers[key][2] for key in LAYERS[kind])}
         shutil.rmtree(tmp / "layers")  # (the trees hold the blobs: hard links)
         seconds = time.monotonic() - started
         (tmp / "images.json").write_text(json.dumps({"inputs": inputs, "seconds": round(seconds, 1),
                                                      "images": made}, indent=1))
         tmp.rename(target)
         build_log.append({"seconds": seconds, "path": str(target),
-                          "bytes": sum(m["layer_bytes"] for m in made.values())})
+                          "bytes": sum(layer[2] for layer in layers.values())})
         return target
 
 
@@ -213,5 +289,6 @@ def _gzip(data: bytes) -> bytes:
 
 
 def images() -> dict[str, dict]:
-    """name:tag -> {"digest": the tag's manifest (or index) digest, "layer": ..., "layer_bytes": ...}."""
+    """name:tag -> {"digest": the tag's manifest (or index) digest, "layers": their digests (bottom first),
+    "layer_bytes": their compressed sizes summed}."""
     return json.loads((storage_dir() / "images.json").read_text())["images"]

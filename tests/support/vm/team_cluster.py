@@ -25,6 +25,27 @@ ray/_private/resource_and_label_spec.py):
   `entrypoint_num_gpus` / `entrypoint_resources` land on that worker;
 - the cluster vanishing: the head VM is killed (every process at once, its address unreachable), as when
   the team's head machine dies or its admins tear it down.
+With `containers=True` (or a tuple of roles) its nodes are also set up for Ray's image_uri runtime env (a
+job's `image:` on a team cluster, orchestrator/runs/entrypoint.py), as a team's admins must set them up for it
+(CONTAINERS_SCRIPT; the other roles run Ray as root without podman, as a node the admins have not set up yet):
+- podman on each such node, from the distro's mirror (the lab's Debian mirror, `lab.mirrors["apt"]`, as the
+  node's only apt source), with its Recommends: uidmap (newuidmap/newgidmap), slirp4netns, fuse-overlayfs.
+  Ray's docs: "the image_uri field ... requires podman to be installed on the cluster's nodes", and the
+  image must hold the cluster's Ray and Python versions (docs.ray.io, handling-dependencies.html,
+  "Specifying container images");
+- Ray run as a non-root user (RAY_USER, `useradd -m`: Debian's useradd gives it a subordinate uid/gid range
+  in /etc/subuid and /etc/subgid, login.defs SUB_UID_COUNT 65536) with rootless podman: Ray 2.60's image_uri
+  plugin (ray/_private/runtime_env/image_uri.py) starts each worker with `podman run -v /tmp/ray:/tmp/ray
+  --cgroup-manager=cgroupfs --network=host --pid=host --ipc=host --userns=keep-id ... --entrypoint python
+  IMAGE`, and `--userns=keep-id` is refused by a root podman ("keep-id is only supported in rootless mode").
+  The cluster's token file is that user's (the plugin mounts it into the container);
+- the team's registry, having no TLS, marked insecure in the node's registries.conf (registries.conf(5):
+  `[[registry]] location = ... insecure = true`): the plugin's `podman run` has no --tls-verify;
+- storage.conf's driver `overlay` (what Debian's containers-storage package ships as the default; Debian's
+  podman 4.3 alone, without a storage.conf, gives a rootless user the vfs driver, which copies every layer
+  whole: podman's rootless tutorial, docs/tutorials/rootless_tutorial.md, "storage.conf").
+The lab's part (the VM's /dev/mqueue, /dev/net/tun, shared /, /home on the VM's disk: vm_init.ROOTLESS_NOTE;
+podman's default cgroups for a rootless user: image.py) is what a real VM has without its admins.
 What it does not: real GPUs or CUDA (worker 2's torch is the CPU build; Ray sets CUDA_VISIBLE_DEVICES for
 a job holding a GPU, nothing more), the node label `ray.io/accelerator-type` Ray adds beside the resource
 (`ray start` refuses user labels under ray.io/), KubeRay / Kubernetes, TLS, autoscaling, per-node memory
@@ -80,15 +101,30 @@ D=%(node_dir)s
 mkdir -p "$D/bin" && chmod 700 "$D"
 export UV_CACHE_DIR="$D/uv-cache"
 umask 077 && printf '%%s' %(token)s > "$D/token" && umask 022
-python3 - %(pypi)s "$D/bin" "$(uname -m)" %(uv_version)s %(uv_pins)s <<'TEAM_GET_UV'
+%(containers)spython3 - %(pypi)s "$D/bin" "$(uname -m)" %(uv_version)s %(uv_pins)s <<'TEAM_GET_UV'
 %(get_uv)sTEAM_GET_UV
 "$D/bin/uv" venv --python python3 "$D/venv"
 # torch from the torch mirror (its CPU index), everything else from the PyPI mirror
 "$D/bin/uv" pip install --python "$D/venv/bin/python" --index-url %(pypi)s \
   --extra-index-url %(torch_index)s %(ray)s %(torch)s
-echo "%(installed)s $SECONDS s"
+%(wait_podman)secho "%(installed)s $SECONDS s"
 export PATH="$D/venv/bin:$PATH" RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$D/token"
 %(start)s
+"""
+
+RAY_USER = "ray"  # with containers=True: the non-root user Ray runs as (rootless podman, for image_uri)
+# with containers=True, as root before the venv: podman for Ray's image_uri, installed beside the venv (waited
+# for before `ray start`), and the user Ray runs as (see the docstring)
+CONTAINERS_SCRIPT = r"""echo "deb %(apt)s bookworm main" > /etc/apt/sources.list  # the team's mirror, apt's only source
+(apt-get -q update && DEBIAN_FRONTEND=noninteractive apt-get install -y -q podman) > /var/log/team-podman.log 2>&1 &
+PODMAN=$!
+useradd -m -s /bin/bash %(user)s
+chmod 755 "$D" && chown %(user)s "$D/token"
+mkdir -p /etc/containers/registries.conf.d
+printf '[[registry]]\nlocation = "%%s"\ninsecure = true\n' %(registry)s > /etc/containers/registries.conf.d/50-team.conf
+printf '[storage]\ndriver = "overlay"\n' > /etc/containers/storage.conf
+"""
+WAIT_PODMAN = r"""wait $PODMAN || { tail -20 /var/log/team-podman.log; false; }
 """
 
 
@@ -100,9 +136,13 @@ def _pins() -> tuple[str, str]:
 
 
 class TeamRayCluster:
-    def __init__(self, lab: VmLab, *, name: str = "team", subnet: str = "10.77.0"):
-        """`subnet`: the first three octets of the VMs' private IPs (head .2, CPU worker .3, GPU worker .4)."""
+    def __init__(self, lab: VmLab, *, name: str = "team", subnet: str = "10.77.0",
+                 containers: bool | tuple[NodeRole, ...] = False):
+        """`subnet`: the first three octets of the VMs' private IPs (head .2, CPU worker .3, GPU worker .4);
+        `containers`: the nodes set up for Ray's image_uri (podman, Ray as RAY_USER: see the class docstring),
+        True for all; the others run Ray as root without podman, as a node the admins have not set up yet."""
         self.lab, self.name, self.subnet = lab, name, subnet
+        self.containers = ROLES if containers is True else tuple(containers or ())
         self.token = secrets.token_hex(32)
         self.token_file = lab.dir / f"{name}-ray-token"
         self.vms: dict[str, Vm] = {}  # role name -> VM
@@ -137,6 +177,8 @@ class TeamRayCluster:
             if role is HEAD else f"--address={self.ip(HEAD)}:{RAY_PORT}"
         start = f"ray start {mode} --node-ip-address={self.ip(role)} {role.start_args} " \
                 f"--object-store-memory={OBJECT_STORE_BYTES} --disable-usage-stats"
+        if role in self.containers:  # Ray as its user, with that user's home (rootless podman keeps its images there)
+            start = f"runuser -u {RAY_USER} -- env HOME=/home/{RAY_USER} USER={RAY_USER} {start}"
         if role is not HEAD:  # the head may still be installing: keep trying to join, as a team's unit would
             start = (f"for i in $(seq 1 300); do {start} && break; [ $i = 300 ] && "
                      f"{{ echo '{FAILED} could not join {self.ip(HEAD)}:{RAY_PORT}'; exit 1; }}; sleep 2; done")
@@ -144,7 +186,11 @@ class TeamRayCluster:
             "role": role.name, "failed": FAILED, "installed": INSTALLED, "node_dir": NODE_DIR, "token": q(self.token),
             "pypi": q(self.lab.mirrors["pypi"]), "torch_index": q(self.lab.mirrors["torch"] + "/cpu"),
             "uv_version": q(UV_VERSION), "get_uv": GET_UV, "ray": q(ray), "torch": q(torch), "start": start,
-            "uv_pins": " ".join(q(f"{arch}={wheel}={sha}") for arch, (wheel, sha) in UV_WHEELS.items())}
+            "uv_pins": " ".join(q(f"{arch}={wheel}={sha}") for arch, (wheel, sha) in UV_WHEELS.items()),
+            "containers": CONTAINERS_SCRIPT % {
+                "apt": q(self.lab.mirrors["apt"]), "user": RAY_USER, "registry": q(self.lab.registry.host),
+            } if role in self.containers else "",
+            "wait_podman": WAIT_PODMAN if role in self.containers else ""}
 
     # ------------------------------------------------------------ lifecycle
     def start(self, timeout_s: float = 900) -> "TeamRayCluster":

@@ -13,12 +13,15 @@ What it builds, as a machine booting from its image would have it:
   Ray writes ~2 GB, which would sit in RAM; why not a directory on this machine's disk: removing ~40,000
   files took 50 s here, unlinking one sparse file takes milliseconds. Its size is the volume's, so a full
   disk fails as on the cloud;
-- /var/lib/containers bound from a directory of the disk itself (ON_DISK: a real VM's root is ext4, and
-  container storage's overlay mounts cannot have their upper layer on the VM's overlay root);
+- /var/lib/containers and /home bound from directories of the disk itself (ON_DISK: a real VM's root is
+  ext4, and container storage's overlay mounts cannot have their upper layer on the VM's overlay root:
+  root's podman keeps its images in /var/lib/containers, a rootless user's podman in
+  ~/.local/share/containers);
 - /proc (this PID namespace's), /sys (read-only, this network namespace's view) with /sys/fs/cgroup a
   read-only cgroup v2 (CGROUP_NOTE), a minimal /dev (null,
   zero, full, random, urandom, tty, a private devpts for sshd's PTYs, ptmx, fd links, /dev/shm as tmpfs),
-  /run as tmpfs (with /run/sshd and /run/lock), as systemd mounts them;
+  /run as tmpfs (with /run/sshd and /run/lock), as systemd mounts them; and what every systemd VM has
+  that rootless podman needs (ROOTLESS_NOTE): /dev/mqueue, /dev/net/tun, / as a shared mount;
 - then pivot_root: the host's file systems (its /usr, the test venv, pyenv, the project checkout, the
   lab's directories) are detached from this namespace, so nothing of them is reachable from the VM;
 - the VM's files (vmfiles.py: users, host key, sshd_config, hostname, hosts, user data) are written,
@@ -33,8 +36,10 @@ Power-off (see power.py, whose names are repeated here: this script imports noth
 systemd, the init takes SIGRTMIN+4 as "power off" and SIGRTMIN+3 as "halt" (the VM's shutdown, poweroff,
 halt and systemctl send them, with the request in REQUEST); it then stops every other process of the VM,
 writes "reboot: Power down" to the console and the marker SPEC.vm_dir/MARKER for the lab, and idles.
-Not reproduced: systemd and its units (journald, logind, timers, unattended-upgrades), a kernel of the
-VM's own (the host's is shared), cgroup limits (a VM sees the host's CPUs and memory).
+Not reproduced: systemd and its units (journald, logind, timers, unattended-upgrades; so no /run/user/UID:
+rootless podman falls back to /tmp/podman-run-UID), a kernel of the VM's own (the host's is shared),
+cgroup limits (a VM sees the host's CPUs and memory), an IPC namespace of its own (its /dev/mqueue shows the
+host's queues), /dev/fuse (rootless podman's native overlay on the ext4 /home needs no fuse-overlayfs).
 """
 import ctypes
 import json
@@ -50,7 +55,7 @@ import sys
 import time
 import traceback
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_SHARED = 1, 2, 4, 8, 32, 4096, 16384, 1 << 20
 MNT_DETACH = 2
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}[platform.machine()]
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -60,7 +65,18 @@ DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "ur
 TTY_GID = 5  # Debian's tty group
 # where a program needs the root's file system to be a real one: container storage (podman's overlay driver
 # makes overlay mounts whose upper layer cannot be on an overlay: "'overlay' is not supported over overlayfs")
-ON_DISK = ("/var/lib/containers",)
+ON_DISK = ("/var/lib/containers", "/home")
+TUN = (10, 200)  # /dev/net/tun: the misc device's major, TUN_MINOR (linux/miscdevice.h)
+ROOTLESS_NOTE = """What a real VM's systemd sets up at boot that rootless podman (a non-root user's, with
+--userns=keep-id as Ray's image_uri runs it) needs, and the lab's /dev would otherwise lack:
+- /dev/mqueue, a mqueue file system (systemd's dev-mqueue.mount, mount_setup.c's table): `podman run --ipc=host`
+  binds it into the container, and fails without it ("statfs /dev/mqueue: no such file or directory");
+- /dev/net/tun (char 10:200; devtmpfs has it, the tun module loads at its first open): rootless podman's default
+  network, slirp4netns, opens it ("open(\"/dev/net/tun\"): No such file or directory" without it);
+- / and every mount under it shared (systemd's mount_setup: `mount --make-rshared /`, for containers and
+  services): podman warns otherwise ("\"/\" is not a shared mount, this could cause issues or missing mounts
+  with rootless containers"). Shared within the VM's mount namespace only: it was made a private copy of the
+  host's (unshare), so no mount propagates to or from this machine."""
 CGROUP_NOTE = """/sys/fs/cgroup is cgroup v2, as systemd mounts it on Debian 12 / Ubuntu 22.04 (crun refuses to run a
 container without it: "invalid file system type on '/sys/fs/cgroup'"), but read-only: it is this host's own
 hierarchy (no cgroup namespace, no controller of its own: this host's controllers are all bound to v1), which a VM
@@ -126,6 +142,11 @@ def mount_system(root):
           f"newinstance,ptmxmode=0666,mode=0620,gid={TTY_GID}")
     os.mkdir(f"{dev}/shm")
     tmpfs(f"{dev}/shm", "1777")
+    os.mkdir(f"{dev}/mqueue")  # (ROOTLESS_NOTE)
+    mount("mqueue", f"{dev}/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.mkdir(f"{dev}/net")
+    os.mknod(f"{dev}/net/tun", 0o666 | stat.S_IFCHR, os.makedev(*TUN))
+    os.chmod(f"{dev}/net/tun", 0o666)
     tmpfs(f"{root}/run", "755")
     for path, mode in (("sshd", 0o755), ("lock", 0o1777)):
         os.mkdir(f"{root}/run/{path}")
@@ -139,6 +160,7 @@ def pivot_into(root):
     _check(_libc.syscall(SYS_PIVOT_ROOT, b".", b"."), f"pivot_root into {root}")
     _check(_libc.umount2(b".", MNT_DETACH), "detaching the host's root")
     os.chdir("/")
+    mount("none", "/", None, MS_REC | MS_SHARED)  # as systemd makes it (ROOTLESS_NOTE)
 
 
 def write_files(files):
