@@ -15,7 +15,7 @@ from typing import Callable, Literal
 
 Kind = Literal["env", "config"]
 # who reads it: dlrun on this machine; the job's own process on its node (dlrun sets it for the job);
-# the node's boot script; the test harness
+# the node's boot script
 Reader = Literal["dlrun", "job", "node"]
 
 

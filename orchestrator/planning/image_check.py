@@ -160,6 +160,10 @@ def image_notes(image: ImagePlan | None, chosen) -> list[str]:
         if kind(chosen.offer.cloud) == "cluster":
             notes.append("on a team cluster the job runs in the image through Ray's image_uri: its nodes need "
                          "podman, and the image the cluster's Ray and Python versions (dlrun cannot check either)")
+            if chosen.checkpoint and "://" not in chosen.checkpoint:
+                notes.append(f"the job's checkpoints ({chosen.checkpoint}, on the cluster's shared_path) are not in "
+                             "its container: image_uri mounts only Ray's /tmp/ray, so they go with the container and "
+                             "a lost cluster restarts the job from the start; checkpoint: s3://… or gs://… survives")
     for arch in image.missing:
         notes.append(f"no linux/{arch} build of the image: {arch} offers left out")
     return notes

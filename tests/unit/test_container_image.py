@@ -147,3 +147,19 @@ def test_a_clusters_pip_packages_are_dropped_beside_image_uri_as_ray_refuses_the
     _backend_submission(Cluster(), submission, None, 1, None)  # type: ignore[arg-type]
     assert submission["runtime_env"] == {"env_vars": {"A": "1"}, "image_uri": "ghcr.io/t/x:1"}
     assert submission["metadata"] == {"cluster": "lab"}
+
+
+def test_a_team_clusters_shared_checkpoints_out_of_the_image_are_said_in_the_plan():
+    """image_uri mounts only /tmp/ray into the job's container: a shared_path checkpoint there is not the
+    cluster's shared file system, and the plan says so; a bucket checkpoint says nothing."""
+    from types import SimpleNamespace
+
+    from infra.images.reference import parse_reference
+    from orchestrator.planning.image_check import ImagePlan, image_notes
+
+    image = ImagePlan(ref=parse_reference("ghcr.io/team/train:1"), pull="if-missing")
+    offer = SimpleNamespace(cloud="cluster:lab")
+    shared = image_notes(image, SimpleNamespace(offer=offer, checkpoint="/srv/team/dlrun-checkpoints/j"))
+    assert any("not in its container" in n and "/srv/team/dlrun-checkpoints/j" in n for n in shared)
+    bucket = image_notes(image, SimpleNamespace(offer=offer, checkpoint="s3://team/ckpt"))
+    assert not any("not in its container" in n for n in bucket)
