@@ -20,8 +20,9 @@ verifies and unpacks them as it would any image:
   image's layer (the same blob) and a layer of the packages in /usr/local/lib/python3.11/dist-packages
   (where Debian's python3 finds pip's installs outside apt), installed by this machine's pip from the wheels
   the lab's package index caches (package_index.py: exactly that set, cp311 manylinux x86_64), their console
-  scripts in /usr/local/bin (`#!/usr/bin/python3`, as pip writes them there). No __pycache__ (a
-  `pip install --no-compile`; Python writes them at first import, as in an image built so).
+  scripts in /usr/local/bin (`#!/usr/bin/python3`, as pip writes them there). No __pycache__, as
+  `pip install --no-compile` builds it (a default pip install compiles them: +300 MB, +106 MB gzipped here):
+  each container compiles what it imports anew, into its own layer.
 Each tag names an image manifest (what `podman push` of a local image writes), but the arm64 one's, an index.
 What they do not reproduce: Docker Hub's multi-platform indexes for every image (the python and nopython
 tags name a single amd64 manifest), image signatures, attestations, zstd layers, CUDA builds of torch (the
@@ -33,8 +34,9 @@ and config), _manifests/revisions/sha256/<hex>/link, _manifests/tags/<tag>/curre
 .../index/sha256/<hex>/link, each link holding "sha256:<hex>". Two trees, public/ and private/, served by
 one docker-registry each, read-only (registry.py). Cache: <rootfs.cache_dir()>/registry/<key>/, built once
 under a flock (the stock root's layer ~4 s, the minbase root ~20 s with mmdebstrap, ray-torch's packages
-layer ~60 s (pip ~25 s, 1.5 GB of files gzipped at level 1 to ~490 MB in ~30 s; level 6 would make it ~430
-MB in ~95 s), here).
+layer ~55 s: pip ~25 s, then 1.47 GB of files gzipped at level 1 to 489 MB in ~30 s, where level 6 makes
+429 MB in ~95 s; all of it 85-115 s on 2 shared cores, here). The packages layer is reproducible (sorted,
+root-owned, one mtime): a rebuild gives the same digest.
 """
 from __future__ import annotations
 
