@@ -209,6 +209,7 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
         packages = [p for p in packages if not gpu_check.is_torch(p)]
         if not cfg.torch_index_url:
             packages.insert(1, cfg.torch_requirement)
+    packages = list(dict.fromkeys(packages))  # a package both the job and the provider ask for (the bucket client)
     # the console script is absent when Ray came with the image
     ray = '"${RAYC[@]}"' if image else '"$VENV/bin/python" -m ray.scripts.scripts'
     if is_head:

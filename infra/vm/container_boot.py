@@ -144,7 +144,7 @@ def ray_lines(cfg: BootstrapConfig, packages: list[str]) -> list[str]:
         f"PKGS=({' '.join(shlex.quote(p) for p in rest)})",
         f'[ "$IRAY" = {version} ] || PKGS=({shlex.quote(ray_pin)} "${{PKGS[@]}}")',
         f"if {need_venv}; then",
-        f'  echo "the image has ${{IRAY:+Ray $IRAY}}${{IRAY:-no Ray}}: installing ${{PKGS[*]}} into {IMAGE_VENV} '
+        f'  echo "the image has ${{IRAY:+Ray }}${{IRAY:-no Ray}}: installing ${{PKGS[*]}} into {IMAGE_VENV} '
         'with uv, in the image"',
         # uv runs inside the image (its binary from the node's disk): the venv is made from the image's python3
         '  UVC=("${IRUN[@]}" -e UV_CACHE_DIR -e UV_PYTHON_DOWNLOADS -e UV_NO_PROGRESS -e NO_COLOR --entrypoint "$UV" '

@@ -2,18 +2,23 @@
 lab's real registry from this machine, each VM's boot installing Debian's podman from the lab's apt mirror (the
 stock image has no runtime), pulling the image with the credentials dlrun handed over SSH, installing dlrun's
 Ray into a venv of the image's python3, and running the Ray node in the container; the job runs there, and
-teardown leaves nothing. (An image without python3 failing the boot: tests/integration/test_boot_container.py with
-stand-ins and tests/e2e/test_vm_containers_lab.py with the real podman.)
+teardown leaves nothing. A GCP spot VM running the built-in cnn job in a team's training image (the image's own
+Ray and torch) is reclaimed mid-run and the job resumes in the image on a new VM from its gs:// checkpoint.
+(An image without python3 failing the boot: tests/integration/test_boot_container.py with stand-ins and
+tests/e2e/test_vm_containers_lab.py with the real podman.)
 """
 from __future__ import annotations
 
 import json
+from importlib.metadata import version
 
 import pytest
 
 from tests.support.aws_moto import moto_server, user_data  # noqa: F401  (fixture)
 from tests.support.vm.cloud_runs import (  # noqa: F401  (fixtures)
-    REGION, assert_aws_left_nothing, dlrun, ec2, env, gcp, instances, lab, status, wait_for)
+    REGION, assert_aws_left_nothing, dlrun, ec2, env, gcp, gcs_checkpointed_epoch, instances, job_file, lab, status,
+    wait_for)
+from tests.support.vm.clouds import wait_until
 from tests.support.vm.fixtures import vm_support_problem
 from tests.support.vm.registry import registry_problem
 
@@ -27,6 +32,8 @@ CHECK = """import json, os, sys
 print("DLRUN_RESULT " + json.dumps({"in_container": os.path.exists("/run/.containerenv"),
                                     "runtime": os.environ.get("container", ""), "prefix": sys.prefix}), flush=True)
 """
+SPOT_EPOCHS, SPOT_BATCH = 12, 8
+
 
 def image_job(tmp_path, image: str, *, cloud: str, region: str, name: str):
     workdir = tmp_path / f"{name}-code"
@@ -75,3 +82,46 @@ def test_gcp_job_runs_in_a_public_image_and_leaves_nothing(gcp, tmp_path):
     assert st["metrics"]["in_container"] and st["metrics"]["runtime"] == "podman", st["metrics"]
     wait_for(lambda: not lab.vms, timeout=60)
     assert gce.instances == {} and gce.disks == {} and gce.firewalls == {} and gcs.accounts == {}
+
+
+def test_a_gcp_spot_vm_in_a_training_image_preempted_mid_run_resumes_in_the_image_on_a_new_vm(gcp, tmp_path):  # noqa: F811
+    """The built-in cnn job (torch, numpy, scikit-learn: all from the image, `requirements:` cannot go with
+    `image:`) in dlrun-lab/ray-torch, whose Ray is the client's: the boot uses the image's Ray (only the checkpoint
+    client, google-cloud-storage, goes into the venv), the job runs in the container; GCE reclaims the VM
+    (DELETE: instance and disk gone) and a new VM pulls the image again and resumes from the bucket."""
+    lab, gce, gcs, env = gcp
+    env = dict(env, DLRUN_OWNER="vm-tester", DLRUN_INSECURE_REGISTRIES=lab.registry.host)
+    name = "gcp-spot-image"
+    image = lab.registry.image("dlrun-lab/ray-torch:bookworm")
+    spec = job_file(tmp_path, cloud="gcp", region="us-central1", spot="always", epochs=SPOT_EPOCHS,
+                    batch=SPOT_BATCH, name=name, extra=f"image: {image}")
+    r = dlrun("submit", str(spec), "--backend", "gcp", "--detach", env=env)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip()
+    wait_until(lambda: gcs_checkpointed_epoch(gcs, name) >= 2, 500, "no gs:// checkpoint of epoch 2", interval_s=0.1)
+    (first,) = list(gce.instances)
+    assert gce.instances[first]["scheduling"]["provisioningModel"] == "SPOT"
+    # the job's processes are in the container (podman's own view of it, from the VM)
+    processes = lab.vms[first[1]].run("podman exec dlrun-ray ps -eo args", timeout=60)
+    at_preemption = gcs_checkpointed_epoch(gcs, name)
+    gce.preempt(first[1], delete=True)  # GCE reclaims it: no notice, instance and disk gone
+    assert processes.returncode == 0 and "-m jobs.cnn" in processes.stdout, processes.stdout + processes.stderr
+
+    st = wait_for(lambda: (s := status(job, env))["status"] in ("SUCCEEDED", "FAILED", "BUDGET_EXCEEDED") and s,
+                  timeout=600)
+    assert st["status"] == "SUCCEEDED", st
+    assert st["preemptions"] == 1 and st["attempts"] == 2 and st["metrics"]["accuracy"] >= 0.95, st
+    (resumed,) = [e["detail"] for e in st["events"] if e["kind"] == "resumed"]
+    assert resumed["epoch"] >= at_preemption >= 2  # the new VM went on from the bucket, not from epoch 0
+    inserts = [b["name"] for m, p, b in gce.requests if m == "POST" and p.endswith("/instances") and b]
+    assert len(set(inserts)) == 2, inserts  # a second cluster, on a new VM
+    for vm in set(inserts):  # each VM pulled the image and ran Ray from it, in the container
+        console = lab.console_of(vm)
+        assert f"pulled {image}" in console, console[-3000:]
+        # the image's Ray, as is: only the checkpoint client goes into the venv beside it
+        (venv,) = [line for line in console.splitlines() if line.startswith("the image has ")]
+        assert venv.startswith(f"the image has Ray {version('ray')}: installing pip google-cloud-storage==") \
+            and "ray" not in venv.split(": installing ")[1].split(" into ")[0], venv
+        assert "Ray runs in container dlrun-ray (podman" in console and "dlrun boot done" in console, console[-3000:]
+    wait_for(lambda: not lab.vms, timeout=60)
+    assert gce.billed() == [] and gce.firewalls == {} and gcs.accounts == {}

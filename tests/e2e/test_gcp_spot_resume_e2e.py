@@ -12,23 +12,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.vm.cloud_runs import CHECKPOINT_NAME, dlrun, job_file, status, wait_for
+from tests.support.vm.cloud_runs import dlrun, job_file, status, wait_for
 from tests.support.vm.cloud_runs import gcp  # noqa: F401  (fixture)
+from tests.support.vm.cloud_runs import gcs_checkpointed_epoch as checkpointed_epoch
 from tests.support.vm.clouds import wait_until
 from tests.support.vm.fixtures import vm_support_problem
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
 EPOCHS, BATCH = 30, 8
-
-
-def checkpointed_epoch(gcs, name: str) -> int:
-    """The newest epoch a run of job `name` checkpointed to dlrun's run buckets in the fake GCS (0: none)."""
-    epochs = [0]
-    for bucket, key in list(gcs.objects):
-        if bucket.startswith("dlrun-") and key.startswith(f"runs/{name}/"):
-            m = CHECKPOINT_NAME.search("/" + key)
-            epochs += [int(m.group(1))] if m else []
-    return max(epochs)
 
 
 def test_a_gcp_spot_vm_preempted_mid_run_resumes_from_its_gs_checkpoint_on_a_new_vm(gcp, tmp_path):  # noqa: F811

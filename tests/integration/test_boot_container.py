@@ -166,7 +166,11 @@ def test_a_script_over_ec2s_16_kb_goes_gzip_compressed_as_cloud_init_takes_it():
 def test_an_image_with_the_clients_ray_gets_only_the_jobs_packages_in_its_venv(vm):
     vm.installed("podman")
     vm.image(ray="2.60.0")
-    rc, calls, node_dir, out = vm.boot(BootstrapConfig(**{**CFG.__dict__, "python_packages": ["boto3==1.40.0"]}))
+    # the bucket client twice, as a run asks for it (the checkpoint's package) and the provider too: once
+    packages = ["boto3==1.40.0", "boto3==1.40.0"]
+    rc, calls, node_dir, out = vm.boot(BootstrapConfig(**{**CFG.__dict__, "python_packages": packages}))
     assert rc == 0, out
     [pip] = uv_calls(calls)
-    assert pip[-2:] == ["pip", "boto3==1.40.0"] and not [a for a in pip if a.startswith("ray")]
+    assert pip[-2:] == ["pip", "boto3==1.40.0"] and pip.count("boto3==1.40.0") == 1
+    assert not [a for a in pip if a.startswith("ray")]
+    assert "the image has Ray 2.60.0: installing pip boto3==1.40.0 into /" in out, out

@@ -117,6 +117,16 @@ def checkpointed_epoch(moto_server, name: str) -> int:
     return max(epochs)
 
 
+def gcs_checkpointed_epoch(gcs, name: str) -> int:
+    """The newest epoch a run of job `name` checkpointed to dlrun's run buckets in the fake GCS (0: none)."""
+    epochs = [0]
+    for bucket, key in list(gcs.objects):
+        if bucket.startswith("dlrun-") and key.startswith(f"runs/{name}/"):
+            m = CHECKPOINT_NAME.search("/" + key)
+            epochs += [int(m.group(1))] if m else []
+    return max(epochs)
+
+
 def tunnel_pids(job_cluster_id: str) -> list[int]:
     """dlrun's ssh processes for one cluster (their known_hosts file is named after it)."""
     out = subprocess.run(["pgrep", "-f", f"known_hosts/{job_cluster_id}"], capture_output=True, text=True).stdout

@@ -6,7 +6,7 @@ registry program (Debian's `docker-registry` package, github.com/distribution/di
 distribution API is the real one: `GET /v2/`, manifests by tag and digest with `Docker-Content-Digest`,
 blobs, the error JSON (MANIFEST_UNKNOWN, NAME_UNKNOWN, UNAUTHORIZED), content negotiation of OCI indexes.
 - `host` ("BRIDGE:PORT"): the public registry, no auth: dlrun-lab/python, dlrun-lab/nopython,
-  dlrun-lab/arm64only (tag bookworm).
+  dlrun-lab/arm64only, dlrun-lab/ray-torch (tag bookworm).
 - `private_host`: a second registry behind basic auth (its htpasswd file: distribution's `auth.htpasswd`,
   bcrypt only), holding private/python:bookworm; `username`/`password` are its one account. A request
   without them gets 401 with `WWW-Authenticate: Basic realm="dlrun-lab"`, as a self-hosted `registry:2` with
