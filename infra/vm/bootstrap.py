@@ -201,10 +201,8 @@ def startup_script(cfg: BootstrapConfig, *, is_head: bool, head_ip: str | None =
     if not is_head and not head_ip:
         raise ValueError("a worker node needs the head's private IP")
     image = bool(cfg.container_image)
-    if image:  # the image is the job's environment: Ray and the job's packages, no torch of dlrun's choosing
-        packages = [f"ray[default,train]=={cfg.ray_version}", *VENV_TOOLS, *cfg.python_packages]
-    else:
-        packages = [f"ray[default,train]=={cfg.ray_version}", *BASE_PACKAGES, *VENV_TOOLS, *cfg.python_packages]
+    base = () if image else BASE_PACKAGES  # an image is the job's environment: no torch of dlrun's choosing
+    packages = [f"ray[default,train]=={cfg.ray_version}", *base, *VENV_TOOLS, *cfg.python_packages]
     if cfg.torch_requirement and not image:  # the planned torch: from its own wheel index, first (else with the rest)
         packages = [p for p in packages if not gpu_check.is_torch(p)]
         if not cfg.torch_index_url:
