@@ -4,6 +4,7 @@ last lines of that node's boot log, so the executor tears the cluster down and t
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -61,10 +62,18 @@ def registry_auth(cluster: Cluster) -> str | None:
         raise ProvisionError(f"registry credentials for {ref}: {e}", cloud=cluster.provider) from None
     if cred is None:
         return None
-    auth = {"auth": cred.basic().split(" ", 1)[1]}
+    auth = {"auth": base64.b64encode(f"{cred.username}:{cred.password}".encode()).decode()}
     # podman looks Docker Hub up as docker.io, docker as its v1 index URL
     keys = [ref.registry, "https://index.docker.io/v1/"] if ref.registry == "docker.io" else [ref.registry]
     return json.dumps({"auths": {key: auth for key in keys}})
+
+
+def _write_secret(cluster: Cluster, node: Node, name: str, content: str, what: str, then: str = "") -> None:
+    """`content` into ~/NAME on the node (0600, whole or not at all), over SSH's stdin: never in an argv."""
+    code, out = ssh.run(cluster, f"umask 077 && cat > ~/{name}.tmp && mv ~/{name}.tmp ~/{name}{then}", node,
+                        timeout=30, stdin=content)
+    if code != 0:
+        raise ProvisionError(f"could not hand {what} to {node.node_id}: {out[-200:]}", cloud=cluster.provider)
 
 
 def hand_over_token(cluster: Cluster, node: Node, token: str, registry_auth: str | None = None) -> None:
@@ -72,15 +81,8 @@ def hand_over_token(cluster: Cluster, node: Node, token: str, registry_auth: str
     script moves it to the node directory and only then starts Ray. The registry credentials for the job's
     image (an auth file) go first: the token's arrival is what the boot waits for."""
     if registry_auth:
-        code, out = ssh.run(cluster, f"umask 077 && cat > ~/{AUTH_FILE}.tmp && mv ~/{AUTH_FILE}.tmp ~/{AUTH_FILE}",
-                            node, timeout=30, stdin=registry_auth)
-        if code != 0:
-            raise ProvisionError(f"could not hand the registry credentials to {node.node_id}: {out[-200:]}",
-                                 cloud=cluster.provider)
-    code, out = ssh.run(cluster, f"umask 077 && cat > ~/{TOKEN_FILE}.tmp && mv ~/{TOKEN_FILE}.tmp ~/{TOKEN_FILE}"
-                                 f" && touch ~/{HEARTBEAT_FILE}", node, timeout=30, stdin=token)
-    if code != 0:
-        raise ProvisionError(f"could not hand the Ray token to {node.node_id}: {out[-200:]}", cloud=cluster.provider)
+        _write_secret(cluster, node, AUTH_FILE, registry_auth, "the registry credentials")
+    _write_secret(cluster, node, TOKEN_FILE, token, "the Ray token", then=f" && touch ~/{HEARTBEAT_FILE}")
 
 
 def wait_booted(cluster: Cluster, *, token: str | None = None, timeout_s: float | None = None,

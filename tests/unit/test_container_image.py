@@ -163,3 +163,28 @@ def test_a_team_clusters_shared_checkpoints_out_of_the_image_are_said_in_the_pla
     assert any("not in its container" in n and "/srv/team/dlrun-checkpoints/j" in n for n in shared)
     bucket = image_notes(image, SimpleNamespace(offer=offer, checkpoint="s3://team/ckpt"))
     assert not any("not in its container" in n for n in bucket)
+
+
+def test_a_nodes_registry_auth_file_carries_this_machines_credential_under_the_keys_runtimes_look_up(
+        tmp_path, monkeypatch):
+    """What dlrun hands a cloud node over SSH before the Ray token (infra/vm/ready.py): a containers auth file
+    with the credential this machine has for the image's registry; Docker Hub under podman's and docker's keys."""
+    from infra.base import Cluster
+    from infra.vm.ready import registry_auth
+
+    token = base64.b64encode(b"team:s3cret").decode()
+    auth = tmp_path / "auth.json"
+    auth.write_text(json.dumps({"auths": {"ghcr.io": {"auth": token}, "docker.io": {"auth": token}}}))
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(auth))
+
+    def cluster(image: str | None) -> Cluster:
+        c = Cluster("c-1", "aws", "us-east-1", "us-east-1a", "m5.large", False, 0.1)
+        if image:
+            c.extra["container_image"] = image
+        return c
+
+    assert json.loads(registry_auth(cluster("ghcr.io/team/train:1")) or "") == {"auths": {"ghcr.io": {"auth": token}}}
+    hub = json.loads(registry_auth(cluster("docker.io/team/train:1")) or "")["auths"]
+    assert set(hub) == {"docker.io", "https://index.docker.io/v1/"}
+    assert registry_auth(cluster(None)) is None
+    assert registry_auth(cluster("quay.io/other/image:1")) is None  # nothing known for it: pulled anonymously
