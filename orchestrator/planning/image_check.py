@@ -93,12 +93,11 @@ def exclusion_reason(image: ImagePlan | None, spec, offer) -> str | None:
         return None
     if not capabilities(offer.cloud).containers:
         return f"{offer.cloud} does not run a container image (`image:`)"
-    if not runs_here(offer.cloud) and image.ref.registry != "docker.io":
-        from infra.images.reference import is_local_registry
+    from infra.images.reference import is_local_registry
 
-        if is_local_registry(image.ref.api_host):
-            return (f"the image's registry {image.ref.registry} is on this machine, which a {offer.cloud} node "
-                    "cannot reach: push the image to a registry the node reaches")
+    if not runs_here(offer.cloud) and is_local_registry(image.ref.api_host):
+        return (f"the image's registry {image.ref.registry} is on this machine, which a {offer.cloud} node "
+                "cannot reach: push the image to a registry the node reaches")
     arch = offer_arch(offer)
     if arch in image.missing:
         return f"the image has no linux/{arch} build"

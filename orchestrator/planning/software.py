@@ -98,20 +98,20 @@ def container_settings(spec, mirrors: dict) -> dict:
 
 
 def boot_settings(spec, offer: Offer) -> dict:
-    """BootstrapConfig fields for a cloud node: the planned torch and its index, the GPUs to check."""
+    """BootstrapConfig fields for a cloud node: the planned torch and its index, the GPUs to check, the job's
+    image."""
     if _boots_nothing(offer):
         return {}
     from orchestrator.config import load_settings
 
     mirrors = load_settings().mirrors
-    gpus = {"gpu_count": offer.accelerator_count if offer.accelerator else 0, "gpu_memory_gb": offer.gpu_memory_gb,
-            "pip_index_url": mirrors.get("pypi", "")}
-    gpus.update(container_settings(spec, mirrors))
+    fields = {"gpu_count": offer.accelerator_count if offer.accelerator else 0, "gpu_memory_gb": offer.gpu_memory_gb,
+              "pip_index_url": mirrors.get("pypi", ""), **container_settings(spec, mirrors)}
     try:
         plan = software_for(spec, offer)
     except sw.Unsupported:  # the planner excluded it; a forced launch still checks the GPU
-        return {**gpus, "root_volume_gb": root_volume_gb(spec, offer, None)}
-    return {**gpus, "torch_requirement": plan.torch_requirement,
+        return {**fields, "root_volume_gb": root_volume_gb(spec, offer, None)}
+    return {**fields, "torch_requirement": plan.torch_requirement,
             "torch_index_url": mirrored_wheel_index(plan.index_url, mirrors.get("torch", "")),
             "root_volume_gb": root_volume_gb(spec, offer, plan)}
 
