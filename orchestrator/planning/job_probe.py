@@ -193,17 +193,15 @@ def probe_job(spec, *, refresh: bool = False) -> ProbeResult:
 
 def _probe_command(spec, entrypoint) -> str:
     """The job as the local Ray head runs it; with `image:`, in that image (the job's environment is the image's,
-    and so is its speed): podman or docker here, else the probe cannot run."""
-    if not spec.image:
-        return entrypoint(spec, local=True, workers=1)
-    from infra.images.runtime import INSTALL_HINT, find_runtime
+    and so is its speed): podman or docker here, else the probe cannot run (entrypoint's one line, plus what
+    else the user can do)."""
+    from orchestrator.errors import UsageError
 
-    runtime = find_runtime()
-    if runtime.path is None:
-        raise SpecError(f"{spec.name}: no workload or reference, so dlrun measures the job by a short run in its "
-                        f"image {spec.image} here, and no container runtime works here ({runtime.problem}); "
-                        f"{INSTALL_HINT}, or {ASK_FOR_FIELDS}")
-    return entrypoint(spec, local=True, workers=1, image="runtime")
+    try:
+        return entrypoint(spec, local=True, workers=1, image="runtime" if spec.image else "")
+    except UsageError as e:  # no container runtime here (runs/entrypoint.py container_command)
+        raise SpecError(f"{e}; without workload or reference dlrun measures the job by a short run in its image "
+                        f"here: install one, or {ASK_FOR_FIELDS}") from None
 
 
 def _probe_env(spec, tmp: str, cwd: str) -> dict[str, str]:
