@@ -4,7 +4,8 @@ The rows have the format of ../shared/calibration (section, op, dtype, layout, s
 plus gpu, source and date, which orchestrator/planning/gpu_calibration.py fits per kernel class. Each `ms` is
 the median of CUDA-event timings after warm-ups, PyTorch's defaults unless the row says otherwise (`tf32`:
 TF32 on for matmuls and cuDNN). Beside the H200's shapes it measures what that file lacks: batch norm in half
-precision and channels_last, and elementwise ops in fp16.
+precision and channels_last, elementwise ops in fp16, and the host's dispatch per op class (section `host`:
+seconds of host time per aten op of each kernel class, forward and backward, in fp32 and under bf16 autocast).
 
     python bench/calibrate_gpu.py [--out FILE] [--quick]
 """
@@ -163,6 +164,104 @@ def launch_rows(quick: bool):
     yield dict(section="launch", op="mlp20 step adam", dtype="fp32", shape="bs32 64x64 x20", ms=timed(step, reps=30))
 
 
+# Chains of 20 identical modules on tiny tensors: the GPU finishes each kernel before the host has dispatched
+# the next, so a chain's wall time is host dispatch alone (Python module calls, autocast, autograd, launches).
+HOST_CHAINS = ("relu", "linear", "conv2d", "batchnorm2d", "layernorm")
+HOST_CHAIN_LENGTH = 20
+
+
+def _chain(op: str, device: str):
+    import torch
+    import torch.nn as nn
+
+    make = {"relu": nn.ReLU, "linear": lambda: nn.Linear(16, 16), "layernorm": lambda: nn.LayerNorm(16),
+            "conv2d": lambda: nn.Conv2d(8, 8, 3, padding=1, bias=False), "batchnorm2d": lambda: nn.BatchNorm2d(8)}[op]
+    model = nn.Sequential(*[make() for _ in range(HOST_CHAIN_LENGTH)]).to(device).train()
+    x = torch.randn(2, 8, 4, 4) if op in ("conv2d", "batchnorm2d") else torch.randn(4, 16)
+    return model, x.to(device).requires_grad_()
+
+
+def _ops_by_kind(fn) -> dict[str, int]:
+    """The aten ops fn() dispatches, counted by the estimator's kernel class (views and allocations left out)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from orchestrator.planning import kernels
+
+    counts: dict[str, int] = {}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if name not in kernels.FREE_OPS and name not in kernels.PROFILER_OPS:
+                counts[kernels.kind_of(name)] = counts.get(kernels.kind_of(name), 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return counts
+
+
+def _host_seconds_per_call(fn, device: str, reps: int) -> float:
+    import time
+
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(3):
+        fn()
+    sync()
+    best = float("inf")
+    for _ in range(3):  # the least disturbed of three runs
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+def host_rows(quick: bool, device: str = "cuda", reps: int | None = None):
+    """Host seconds per aten op of each kernel class, by pass and autocast: each chain's forward and backward
+    timed and its ops counted by class, then per class the least-squares cost that explains all chains."""
+    import torch
+
+    for dt in ("fp32", "bf16"):
+        samples: dict[str, list[tuple[dict[str, int], float]]] = {"fwd": [], "bwd": []}
+        for op in HOST_CHAINS:
+            model, x = _chain(op, device)
+
+            def forward(model=model, x=x):
+                with torch.autocast(device, dtype=torch.bfloat16, enabled=dt == "bf16"):
+                    return model(x).float().sum()
+
+            def step(forward=forward):
+                forward().backward()
+
+            fwd_ops, all_ops = _ops_by_kind(forward), _ops_by_kind(step)
+            bwd_ops = {k: all_ops.get(k, 0) - fwd_ops.get(k, 0) for k in all_ops}
+            n = reps or (20 if quick else 100)
+            fwd_s = _host_seconds_per_call(forward, device, n)
+            step_s = _host_seconds_per_call(step, device, n)
+            samples["fwd"].append((fwd_ops, fwd_s))
+            samples["bwd"].append((bwd_ops, max(step_s - fwd_s, 0.0)))
+        for pass_, rows in samples.items():
+            for kind, seconds in _per_kind(rows).items():
+                yield dict(section="host", op=kind, dtype=dt, pass_=pass_, ms=seconds * 1e3,
+                           shape=f"per aten op, {HOST_CHAIN_LENGTH}-module chains of " + " ".join(HOST_CHAINS))
+
+
+def _per_kind(rows: list[tuple[dict[str, int], float]]) -> dict[str, float]:
+    """Seconds per op of each class: least squares over the chains (ops by class × cost = chain seconds),
+    a class whose solution is not positive left out (its ops are then priced by the prior)."""
+    import torch
+
+    kinds = sorted({k for counts, _ in rows for k, n in counts.items() if n > 0})
+    a = torch.tensor([[float(counts.get(k, 0)) for k in kinds] for counts, _ in rows], dtype=torch.float64)
+    b = torch.tensor([[seconds] for _, seconds in rows], dtype=torch.float64)
+    cost = torch.linalg.lstsq(a, b).solution.flatten().tolist()
+    return {k: c for k, c in zip(kinds, cost) if c > 0}
+
+
 def optim_rows(quick: bool):
     import torch
 
@@ -227,7 +326,7 @@ def main() -> None:
               f"SMs), PyTorch {torch.__version__}, CUDA-event median (bench/calibrate_gpu.py)")
     today = datetime.date.today().isoformat()
     rows = []
-    for section in (gemm_rows, conv_rows, mem_rows, launch_rows, optim_rows, lstm_rows, attn_rows):
+    for section in (gemm_rows, conv_rows, mem_rows, launch_rows, host_rows, optim_rows, lstm_rows, attn_rows):
         for r in section(args.quick):
             rows.append({c: "" for c in COLUMNS} | {k: (f"{v:.5g}" if isinstance(v, float) else v)
                                                      for k, v in r.items()} | {"gpu": gpu, "source": source,

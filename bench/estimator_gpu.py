@@ -10,6 +10,7 @@ the worst, for the models the calibration was checked against (`seen`) and the o
 Without CUDA it prints the predictions for --gpu (default H200) and says so.
 
     python bench/estimator_gpu.py [--gpu NAME] [--only NAME,...] [--steps 20] [--budget-seconds 400]
+                                  [--breakdown FILE]
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 BERT = {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
         "intermediate_size": 3072, "vocab_size": 30522, "num_labels": 2}
@@ -38,6 +40,8 @@ def _w(**kw) -> dict:
 # (name, seen by the calibration's checks: True / held out: False, workload)
 SUITE = [
     ("resnet50 fp32", True, _w(model="bench.gpu_models:ResNet50", batch_size=64, **IMAGE)),
+    ("resnet50 fp16", True, _w(model="bench.gpu_models:ResNet50", batch_size=64, precision="fp16", **IMAGE)),
+    ("resnet50 bf16", True, _w(model="bench.gpu_models:ResNet50", batch_size=64, precision="bf16", **IMAGE)),
     ("resnet50 bf16 channels_last", True, _w(model="bench.gpu_models:ResNet50", batch_size=64, precision="bf16",
                                              memory_format="channels_last", **IMAGE)),
     ("bert-base bf16 s128", True, _w(hf=BERT, seq_len=128, batch_size=32, precision="bf16", num_classes=2)),
@@ -59,8 +63,8 @@ SUITE = [
 ]
 
 
-def measure(workload, steps: int) -> float:
-    """Median seconds of `steps` training steps, as a plain loop runs them."""
+def training_step(workload):
+    """One step of the plain loop a user writes for `workload` on the GPU, as a callable."""
     import torch
 
     from orchestrator.planning.profile import build_model, loss_of, make_batch
@@ -90,11 +94,14 @@ def measure(workload, steps: int) -> float:
         loss.item()
         return time.perf_counter() - t0
 
+    return step
+
+
+def measure(step, steps: int) -> float:
+    """Median seconds of `steps` calls of a training step, after warm-ups."""
     for _ in range(5):
         step()
-    times = [step() for _ in range(steps)]
-    torch.backends.cuda.matmul.allow_tf32 = False
-    return statistics.median(times)
+    return statistics.median(step() for _ in range(steps))
 
 
 def predict(workload, gpu: str):
@@ -104,7 +111,7 @@ def predict(workload, gpu: str):
 
     step = gpu_step(profile_now(workload, measure_local=False), gpu_spec(gpu))
     spread = range_factor(step.sigma)
-    return step.seconds, step.seconds / spread, step.seconds * spread
+    return step, step.seconds / spread, step.seconds * spread
 
 
 def main() -> None:
@@ -113,8 +120,12 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated model names of the suite")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--budget-seconds", type=float, default=400, help="stop measuring new models after this")
+    ap.add_argument("--breakdown", type=Path, help="write per kernel class measured vs predicted ms (torch.profiler) "
+                                                   "and each model's top ops to this CSV")
     args = ap.parse_args()
     import torch
+
+    import gpu_breakdown
 
     from infra.local.gpus import local_gpu_name
     from orchestrator.planning.workload import Workload
@@ -125,20 +136,25 @@ def main() -> None:
              else "no CUDA GPU here: predictions only")
     print(f"# estimator_gpu: predicted for {gpu}; {where}; torch {torch.__version__}")
     print(f"{'model':34s} {'measured':>10s} {'predicted':>10s} {'range':>19s} {'ratio':>6s}  in range  set")
-    started, ratios = time.perf_counter(), {True: [], False: []}
+    started, ratios, breakdown = time.perf_counter(), {True: [], False: []}, []
     only = set(args.only.split(",")) if args.only else None
     for name, seen, fields in SUITE:
         if only and name not in only:
             continue
         workload = Workload(**fields)
-        pred, low, high = predict(workload, gpu)
-        meas = None
+        predicted, low, high = predict(workload, gpu)
+        pred, meas = predicted.seconds, None
         if cuda and time.perf_counter() - started < args.budget_seconds:
             try:
-                meas = measure(workload, args.steps)
+                step = training_step(workload)
+                meas = measure(step, args.steps)
+                if args.breakdown:
+                    breakdown += gpu_breakdown.breakdown_rows(name, step, meas, predicted)
+                del step
             except torch.cuda.OutOfMemoryError:
                 pass
-            torch.cuda.empty_cache()  # the model measured is gone with measure()'s frame
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.cuda.empty_cache()
         span = f"{low * 1e3:8.2f}-{high * 1e3:8.2f}"
         if meas is None:
             print(f"{name:34s} {'-':>10s} {pred * 1e3:9.2f}ms {span}", flush=True)
@@ -147,6 +163,9 @@ def main() -> None:
         ratios[seen].append(ratio)
         print(f"{name:34s} {meas * 1e3:9.2f}ms {pred * 1e3:9.2f}ms {span} {ratio:6.2f}  "
               f"{'yes' if low <= meas <= high else 'NO':8s}  {'seen' if seen else 'held out'}", flush=True)
+    if args.breakdown and breakdown:
+        gpu_breakdown.write(args.breakdown, breakdown)
+        print(f"breakdown: {len(breakdown)} rows in {args.breakdown}")
     for seen, rs in ratios.items():
         if rs:
             errors = [abs(math.log(r)) for r in rs]

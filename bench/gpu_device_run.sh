@@ -10,7 +10,8 @@
 # (the versions .venv has: `.venv/bin/pip list | grep -i -e pydantic -e annotated -e typing`), then run
 #   bash bench/gpu_device_run.sh            with carry [".whl"], timeout_s ~540
 # Everything it prints is also under $OUT: kernels.csv (commit it as configs/catalog/gpu_kernels_<GPU>.csv) and
-# estimator_gpu.txt (the closing note's figures).
+# estimator_gpu.txt (the closing note's figures); breakdown.csv says per model and kernel class where the measured
+# step's time went against the prediction, and which ops took the most (what to correct the model with afterwards).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -23,5 +24,6 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT
 timeout 200 python3 bench/calibrate_gpu.py --out "$OUT/kernels.csv" 2>&1 | tee "$OUT/calibrate.txt"
 # the fits with this GPU's own rows: the estimator then predicts from what this GPU measured
 cp "$OUT/kernels.csv" configs/catalog/gpu_kernels_device.csv 2>/dev/null
-timeout 300 python3 bench/estimator_gpu.py --budget-seconds 240 --steps 15 2>&1 | tee "$OUT/estimator_gpu.txt"
+timeout 300 python3 bench/estimator_gpu.py --budget-seconds 240 --steps 15 --breakdown "$OUT/breakdown.csv" 2>&1 \
+  | tee "$OUT/estimator_gpu.txt"
 rm -f configs/catalog/gpu_kernels_device.csv

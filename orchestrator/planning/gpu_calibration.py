@@ -66,6 +66,8 @@ class GpuCalibration:
     fits: dict[tuple[str, str, str, str], Fit] = field(default_factory=dict)  # (kind, math, layout, pass)
     sources: set[str] = field(default_factory=set)
     host_unit_seconds: float | None = None  # its host's dispatch of one forward op (HOST_WEIGHTS)
+    # its host's measured dispatch per aten op: (kind, "fp32" | "bf16" under autocast, "fwd" | "bwd") -> seconds
+    host_op_seconds: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
 
 # The host's dispatch, relative per op by where it is issued: a forward op pays the Python module call and
@@ -75,6 +77,9 @@ class GpuCalibration:
 # records as MLP20_TALLY (tests/unit/test_gpu_model.py checks the tally against the recorder).
 HOST_WEIGHTS = {"forward": 1.0, "backward": 0.7, "optimizer": 2.5, "host": 0.15}
 MLP20_TALLY = {"forward": 42, "backward": 81, "optimizer": 8, "host": 380}
+# Where a GPU's calibration has `host` rows (bench/calibrate_gpu.py: chains of one module type, each class's cost
+# per op solved from them), forward and backward ops of those classes take their measured cost, which includes
+# the views around them, and the prior above prices only the rest (optimizer, attention, RNN ops).
 HOST_STEP_SECONDS = 60e-6  # the loop itself: zero_grad, fetching the batch, loss.item()
 DEFAULT_HOST_UNIT_SECONDS = 20e-6
 
@@ -187,6 +192,10 @@ def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
         if spec is not None and row["section"] == "launch" and row["op"] == "mlp20 step adam":
             out.setdefault(spec.name, GpuCalibration(spec.name)).host_unit_seconds = _host_unit(
                 float(row["ms"]) * 1e-3)
+        if spec is not None and row["section"] == "host" and row.get("ms"):
+            out.setdefault(spec.name, GpuCalibration(spec.name)).host_op_seconds[
+                (row["op"], row["dtype"], row["pass_"])] = float(row["ms"]) * 1e-3
+            continue
         sample = _sample(row) if spec is not None and row.get("ms") else None
         if spec is None or sample is None:
             continue
@@ -212,6 +221,14 @@ def host_unit_seconds(cal: GpuCalibration) -> float:
         return cal.host_unit_seconds
     measured = [c.host_unit_seconds for c in calibrations().values() if c.host_unit_seconds]
     return measured[0] if measured else DEFAULT_HOST_UNIT_SECONDS
+
+
+def host_op_seconds(cal: GpuCalibration) -> dict[tuple[str, str, str], float]:
+    """The measured host dispatch per op class: the calibration's own host, else a measured one, else none."""
+    if cal.host_op_seconds:
+        return cal.host_op_seconds
+    measured = [c.host_op_seconds for c in calibrations().values() if c.host_op_seconds]
+    return measured[0] if measured else {}
 
 
 def _family(spec: GpuSpec) -> str:
@@ -241,11 +258,13 @@ def _merged(name: str, catalog_dir: Path) -> tuple[GpuCalibration, str]:
             merged.fits[key] = Fit(f.latency, f.efficiency, math.hypot(f.sigma, extra), f.points)
             lender[key] = donor.name
         merged.host_unit_seconds = cals[donor.name].host_unit_seconds or merged.host_unit_seconds
+        merged.host_op_seconds = cals[donor.name].host_op_seconds or merged.host_op_seconds
     own = cals.get(spec.name)
     if own is not None:
         merged.fits.update(own.fits)
         merged.sources = own.sources
         merged.host_unit_seconds = own.host_unit_seconds or merged.host_unit_seconds
+        merged.host_op_seconds = own.host_op_seconds or merged.host_op_seconds
         for key in own.fits:
             lender.pop(key, None)
     lenders = sorted(set(lender.values()))

@@ -19,7 +19,8 @@ from infra.catalog import GpuSpec
 from orchestrator.planning import kernels
 from orchestrator.planning.step_ops import SYNC_OP
 from orchestrator.planning.gpu_calibration import (HOST_STEP_SECONDS, HOST_WEIGHTS, MIN_KERNEL_SECONDS, Fit,
-                                                   GpuCalibration, calibration_for, host_unit_seconds)
+                                                   GpuCalibration, calibration_for, host_op_seconds,
+                                                   host_unit_seconds)
 
 SYNC_SECONDS = 15e-6  # the host waiting on the GPU and starting again
 INTER_NODE_GBPS = 3.0  # effective all-reduce bandwidth between cloud nodes (GB/s)
@@ -90,15 +91,26 @@ def kernel_seconds(op, gpu: GpuSpec, cal: GpuCalibration, tf32_matmul: bool, spl
     return fit.seconds(moved, launches, gpu.memory_bandwidth_gbps * 1e9), fit.sigma
 
 
-def host_seconds(ops, unit: float) -> tuple[float, float]:
-    """(host dispatch before a sync, after it): `unit` seconds a forward op, the others by HOST_WEIGHTS."""
+def host_op_cost(op, unit: float, measured: dict[tuple[str, str, str], float], autocast: bool) -> float:
+    """Host seconds of one call of `op`: its class's measured dispatch where the calibration has it (views then
+    cost nothing apart: the measurement includes them), else `unit` seconds × HOST_WEIGHTS by where it runs."""
+    if op.kind == "host":
+        return 0.0 if measured else unit * HOST_WEIGHTS["host"]
+    pass_ = {"forward": "fwd", "backward": "bwd"}.get(op.phase, "")
+    seconds = measured.get((op.kind, "bf16" if autocast else "fp32", pass_))
+    return seconds if seconds is not None else unit * HOST_WEIGHTS[op.phase or "backward"]
+
+
+def host_seconds(ops, unit: float, measured: dict[tuple[str, str, str], float] | None = None,
+                 autocast: bool = False) -> tuple[float, float]:
+    """(host dispatch before a sync, after it)."""
     before, after, synced = 0.0, 0.0, False
     order = ("forward", "backward", "optimizer")
     for op in sorted(ops, key=lambda o: order.index(o.phase) if o.phase in order else 1):
         if op.name == SYNC_OP:
             synced = True
             continue
-        cost = op.count * unit * HOST_WEIGHTS["host" if op.kind == "host" else op.phase or "backward"]
+        cost = op.count * host_op_cost(op, unit, measured or {}, autocast)
         if synced and op.phase == "optimizer":
             after += cost
         else:
@@ -123,7 +135,8 @@ def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1) 
         kind = op.kind or ("gemm" if op.flops > 0 else "elementwise")
         by_kind[kind] = by_kind.get(kind, 0.0) + seconds
         var += (seconds * sigma) ** 2
-    host_before, host_after = host_seconds(profile.ops, host_unit_seconds(cal))
+    autocast = getattr(profile, "precision", "fp32") in ("bf16", "fp16")
+    host_before, host_after = host_seconds(profile.ops, host_unit_seconds(cal), host_op_seconds(cal), autocast)
     if any(o.count for o in profile.ops):  # a reference profile has no ops to dispatch, no loop to model
         host_before += HOST_STEP_SECONDS
     step = max(gpu_before, host_before) + (max(gpu_after, host_after) + SYNC_SECONDS if has_sync else 0.0)

@@ -1,0 +1,84 @@
+"""The host's dispatch per op class: measured by bench/calibrate_gpu.py's module chains, priced by gpu_time."""
+import csv
+import shutil
+
+import pytest
+
+from bench import calibrate_gpu
+from infra.catalog import CATALOG_DIR, gpu_spec
+from orchestrator.planning import gpu_calibration, gpu_time, profile
+from orchestrator.planning.spec import Workload
+from orchestrator.planning.step_ops import OpCost
+
+
+def test_each_class_cost_is_solved_from_chains_that_mix_classes():
+    cost = {"elementwise": 8e-6, "gemm": 20e-6, "norm": 30e-6, "conv": 60e-6}
+    chains = [{"elementwise": 20, "norm": 1}, {"gemm": 20, "norm": 1}, {"conv": 20, "elementwise": 20, "norm": 1},
+              {"elementwise": 20, "norm": 21}, {"norm": 21}]
+    rows = [(c, sum(n * cost[k] for k, n in c.items())) for c in chains]
+    assert calibrate_gpu._per_kind(rows) == pytest.approx(cost)
+
+
+def test_the_chains_are_timed_and_counted_per_class_and_pass_on_this_machine():
+    """The same chains as on a GPU, here on the CPU (a few repetitions): every class of the chains gets a cost
+    per op, forward and backward, plain and under autocast."""
+    rows = list(calibrate_gpu.host_rows(quick=True, device="cpu", reps=2))
+    got = {(r["op"], r["dtype"], r["pass_"]) for r in rows}
+    assert all(r["section"] == "host" and r["ms"] > 0 for r in rows)
+    for dtype in ("fp32", "bf16"):
+        assert {("conv", dtype, "fwd"), ("norm", dtype, "fwd"), ("norm", dtype, "bwd")} <= got
+
+
+def _catalog_with(tmp_path, host_rows):
+    cat = tmp_path / "catalog"
+    shutil.copytree(CATALOG_DIR, cat)
+    with open(cat / "gpu_kernels_h200.csv", newline="") as f:
+        columns = csv.DictReader(f).fieldnames
+    assert columns is not None
+    with open(cat / "gpu_kernels_h200.csv", "a", newline="") as f:
+        w = csv.DictWriter(f, columns, lineterminator="\n")
+        for kind, dtype, pass_, ms in host_rows:
+            w.writerow({c: "" for c in columns} | dict(gpu="H200", section="host", op=kind, dtype=dtype, pass_=pass_,
+                                                        ms=ms, source="test host", date="2026-11-27"))
+    return cat
+
+
+def _cnn_step(precision="fp32"):
+    p = profile.profile_now(Workload(model="tests.support.models:TinyCNN", input_shape=[1, 8, 8], batch_size=8,
+                                     dataset_size=80, epochs=1, precision=precision), measure_local=False)
+    return p, gpu_time.gpu_step(p, gpu_spec("H200"))
+
+
+def test_measured_host_costs_price_their_class_and_the_prior_the_rest(tmp_path, monkeypatch):
+    p, prior = _cnn_step()
+    conv_fwd_calls = sum(o.count for o in p.ops if o.kind == "conv" and o.phase == "forward")
+    assert conv_fwd_calls
+    steps = {}
+    for conv_ms in (0.05, 0.5):
+        monkeypatch.setenv("DLRUN_CATALOG_DIR", str(_catalog_with(tmp_path / str(conv_ms), [
+            ("conv", "fp32", "fwd", conv_ms), ("elementwise", "fp32", "fwd", 0.01)])))
+        steps[conv_ms] = gpu_time.gpu_step(p, gpu_spec("H200"))
+    assert steps[0.5].host_seconds - steps[0.05].host_seconds == pytest.approx(conv_fwd_calls * 0.45e-3)
+    assert steps[0.5].host_seconds > prior.host_seconds  # a slow conv dispatch makes this host-bound step longer
+    cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
+    measured, unit = gpu_calibration.host_op_seconds(cal), gpu_calibration.host_unit_seconds(cal)
+    view = OpCost(name="(views and allocations)", count=1, flops=0, bytes=0, kind="host")
+    adam = OpCost(name="_foreach_add_", count=1, flops=0, bytes=0, kind="optimizer", phase="optimizer")
+    assert gpu_time.host_op_cost(view, unit, measured, autocast=False) == 0.0  # inside the measured costs
+    assert gpu_time.host_op_cost(adam, unit, measured, autocast=False) == unit * gpu_calibration.HOST_WEIGHTS[
+        "optimizer"]
+
+
+def test_autocast_steps_use_the_costs_measured_under_autocast(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLRUN_CATALOG_DIR", str(_catalog_with(tmp_path, [("conv", "fp32", "fwd", 0.5)])))
+    p, _ = _cnn_step("bf16")
+    cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
+    conv = next(o for o in p.ops if o.kind == "conv" and o.phase == "forward")
+    measured, unit = gpu_calibration.host_op_seconds(cal), gpu_calibration.host_unit_seconds(cal)
+    assert gpu_time.host_op_cost(conv, unit, measured, autocast=True) == unit  # no bf16 row: the prior
+    assert gpu_time.host_op_cost(conv, unit, measured, autocast=False) == pytest.approx(0.5e-3)
+
+
+def test_without_host_rows_the_host_model_is_the_prior():
+    cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
+    assert gpu_calibration.host_op_seconds(cal) == {}  # the shared H200 microbenchmarks have none
