@@ -230,8 +230,8 @@ def host_rows(quick: bool, device: str = "cuda", reps: int | None = None):
         for op in HOST_CHAINS:
             model, x = _chain(op, device)
 
-            def forward(model=model, x=x):
-                with torch.autocast(device, dtype=torch.bfloat16, enabled=dt == "bf16"):
+            def forward(model=model, x=x, half=dt == "bf16"):
+                with torch.autocast(device, dtype=torch.bfloat16, enabled=half):
                     return model(x).float().sum()
 
             def step(forward=forward):
@@ -259,7 +259,7 @@ def _per_kind(rows: list[tuple[dict[str, int], float]]) -> dict[str, float]:
     a = torch.tensor([[float(counts.get(k, 0)) for k in kinds] for counts, _ in rows], dtype=torch.float64)
     b = torch.tensor([[seconds] for _, seconds in rows], dtype=torch.float64)
     cost = torch.linalg.lstsq(a, b).solution.flatten().tolist()
-    return {k: c for k, c in zip(kinds, cost) if c > 0}
+    return {k: c for k, c in zip(kinds, cost, strict=True) if c > 0}
 
 
 def optim_rows(quick: bool):
