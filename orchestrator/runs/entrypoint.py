@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jobs
 from orchestrator.planning.spec import JobSpec
+from orchestrator.runs.local_requirements import unmet_requirements
 from orchestrator.state.db import dlrun_home
 from orchestrator.settings import env_str
 
@@ -205,7 +206,8 @@ def runtime_env(spec: JobSpec, *, job_id: str, checkpoint: str, price_per_hour: 
     else:
         renv["working_dir"] = _staged_jobs_dir()
     # a cloud node's boot installed the job's requirements into the node's venv (and the planned torch from
-    # its wheel index): a pip runtime_env there would only make Ray clone that venv (GBs) for each job
-    if local and spec.requirements and not image:
+    # its wheel index): a pip runtime_env there would only make Ray clone that venv (GBs) for each job; here
+    # too, unless this Python lacks one of them (local_requirements.py)
+    if local and spec.requirements and not image and unmet_requirements(list(spec.requirements)):
         renv["pip"] = list(spec.requirements)
     return renv
