@@ -150,6 +150,7 @@ def main() -> None:
                 meas = measure(step, args.steps)
                 if args.breakdown:
                     breakdown += gpu_breakdown.breakdown_rows(name, step, meas, predicted)
+                    gpu_breakdown.write(args.breakdown, breakdown)  # after each model: a timeout keeps the rest
                 del step
             except torch.cuda.OutOfMemoryError:
                 pass
@@ -163,8 +164,7 @@ def main() -> None:
         ratios[seen].append(ratio)
         print(f"{name:34s} {meas * 1e3:9.2f}ms {pred * 1e3:9.2f}ms {span} {ratio:6.2f}  "
               f"{'yes' if low <= meas <= high else 'NO':8s}  {'seen' if seen else 'held out'}", flush=True)
-    if args.breakdown and breakdown:
-        gpu_breakdown.write(args.breakdown, breakdown)
+    if breakdown:
         print(f"breakdown: {len(breakdown)} rows in {args.breakdown}")
     for seen, rs in ratios.items():
         if rs:
