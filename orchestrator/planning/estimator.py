@@ -224,7 +224,7 @@ def cluster_start_seconds(cloud: str, num_nodes: int = 1) -> float:
 
 
 def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=None,
-             data_bytes: int = 0, image_bytes: int = 0) -> Estimate:
+             data_bytes: int = 0, image_bytes: int = 0, local_env_seconds: float = 0.0) -> Estimate:
     priced = _offer_step(profile, offer, num_nodes)
     step, basis = priced.seconds, priced.basis
     accelerator = offer.accelerator or "cpu"
@@ -245,6 +245,8 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
     startup = cluster_start_seconds(offer.cloud, num_nodes)
     data = transfer_seconds(offer.cloud, data_bytes)  # every node syncs at once: one node's time
     startup += data + pull_seconds(offer.cloud, image_bytes)  # the job's container image, if any
+    if runs_here(offer.cloud):
+        startup += local_env_seconds  # Ray's pip env for requirements dlrun's Python lacks
 
     preempt = 0.0
     if spot:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from infra import capabilities, selects
+from infra import capabilities, runs_here, selects
 from infra.catalog import Offer, canonical_gpu, sold_markets
 from infra.refresh.cache import LAUNCH_QUOTA_AGE_S
 from infra.identity import owner_identity
-from orchestrator.planning import blocks, image_check, plan_inputs, software
+from orchestrator.planning import blocks, image_check, local_requirements, plan_inputs, software
 from orchestrator.planning.estimator import Estimate, estimate, history_from_store
 from orchestrator.planning.storage_plan import candidate_checkpoint, check_checkpoint, storage_notes
 
@@ -265,6 +265,8 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     from orchestrator.planning.data_inputs import data_exclusion, local_bytes
 
     data_bytes = local_bytes(spec.data)
+    unmet = [] if spec.image else local_requirements.unmet_requirements(list(spec.requirements))
+    local_env = local_requirements.PIP_ENV_PRIOR_SECONDS if unmet else 0.0
     candidates: list[Candidate] = []
     for offer in offers:
         reason = exclusion_reason(spec, offer, blocked) or image_check.exclusion_reason(image, spec, offer)
@@ -273,7 +275,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             reason = reason or "no spot price (spot: always)"
         for spot in allowed or [False]:
             est = estimate(profile, offer, spot=spot, num_nodes=nodes, history=history, data_bytes=data_bytes,
-                           image_bytes=image_check.pull_bytes(image, offer))
+                           image_bytes=image_check.pull_bytes(image, offer), local_env_seconds=local_env)
             base, no_bucket = candidate_checkpoint(spec, offer, spot, owner)
             no_bucket = no_bucket or data_exclusion(spec, offer, base)
             market_reason = reason or (SPOT_POOL_BLOCKED if spot and blocks.spot_blocked(offer, blocked) else None) \
@@ -298,6 +300,8 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
     notes += storage_notes(chosen) + plan_inputs.cluster_notes(chosen)
     notes += image_check.image_notes(image, chosen)
+    if unmet and chosen is not None and runs_here(chosen.offer.cloud):
+        notes.append(local_requirements.pip_env_note(unmet))
     raise_these = [] if quotas is None else plan_inputs.quota_notes(candidates, chosen, quotas, nodes, notes,
                                                                     RANKS[optimize])
     return Plan(candidates=candidates, chosen=chosen,

@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 
 import jobs
+from orchestrator.planning.local_requirements import unmet_requirements
 from orchestrator.planning.spec import JobSpec
-from orchestrator.runs.local_requirements import unmet_requirements
 from orchestrator.state.db import dlrun_home
 from orchestrator.settings import env_str
 
