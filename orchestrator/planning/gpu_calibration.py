@@ -55,9 +55,15 @@ class Fit:
     efficiency: float
     sigma: float
     points: int
+    narrow: float = 0.0  # convolutions: the GEMM width at which the efficiency halves (0: none)
 
-    def seconds(self, work: float, launches: float, peak: float) -> float:
-        return launches * self.latency + work / (peak * self.efficiency)
+    def seconds(self, work: float, launches: float, peak: float, width: int = 0) -> float:
+        return launches * self.latency + work * self.width_factor(width) / (peak * self.efficiency)
+
+    def width_factor(self, width: int) -> float:
+        """How much slower than a wide kernel of its class a kernel `width` wide runs (its GEMM's narrower
+        side: few channels leave the tensor cores' tiles part empty and re-read the input)."""
+        return 1.0 + self.narrow / width if self.narrow and width > 0 else 1.0
 
 
 @dataclass
@@ -95,6 +101,22 @@ _CONV = re.compile(r"n(\d+) c(\d+)->(\d+) (\d+)x(\d+) k(\d+)")
 _LSTM = re.compile(r"b(\d+) s(\d+) h(\d+) L(\d+)")
 _ATTN = re.compile(r"b(\d+) h(\d+) s(\d+) d(\d+)")
 _BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+
+
+def conv_width(in_channels: int, out_channels: int, taps: int, groups: int = 1) -> int:
+    """The narrower side of a convolution's implicit GEMM, per group: its out channels (N) or its in channels
+    × kernel taps (K). On the H200 the forward kernels of one FLOP count run 0.6× as fast at width 64 as at 512
+    (../shared/calibration: 3×3 c64 56×56 vs c512 7×7), which one efficiency per class cannot say."""
+    return max(1, min(out_channels // groups, in_channels // groups * taps))
+
+
+def row_width(row: dict) -> int:
+    """The width (conv_width) of a measured convolution row; 0 for other rows."""
+    c = _CONV.fullmatch(row["shape"]) if row["section"] == "conv" else None
+    if not c:
+        return 0
+    _, cin, cout, _, _, ks = (int(v) for v in c.groups())
+    return conv_width(cin, cout, ks * ks)
 
 
 def conv_layout(layout: str, in_channels: int) -> str:
@@ -174,6 +196,22 @@ def fit(samples: list[tuple[float, float, float]], peak: float) -> Fit:
     return Fit(latency=a, efficiency=1.0 / (b * peak), sigma=max(sigma, 0.05), points=len(samples))
 
 
+NARROW_GRID = (0.0, 16.0, 32.0, 48.0, 64.0, 96.0, 128.0)
+
+
+def fit_widths(samples: list[tuple[float, float, float, int]], peak: float) -> Fit:
+    """fit() over (launches, work, seconds, width), the work of a narrow kernel scaled by its width factor, for
+    the `narrow` of NARROW_GRID that leaves the smallest residuals (0 where widths do not explain them)."""
+    best: Fit | None = None
+    for narrow in NARROW_GRID if any(w for *_, w in samples) else (0.0,):
+        probe = Fit(0.0, 1.0, 0.0, 0, narrow)
+        f = fit([(n, work * probe.width_factor(w), t) for n, work, t, w in samples], peak)
+        if best is None or f.sigma < best.sigma - 1e-9:
+            best = Fit(f.latency, f.efficiency, f.sigma, f.points, narrow)
+    assert best is not None
+    return best
+
+
 def rows(catalog_dir: Path | None = None) -> list[dict]:
     out: list[dict] = []
     for path in sorted(_dir(catalog_dir).glob("gpu_kernels*.csv")):
@@ -184,7 +222,7 @@ def rows(catalog_dir: Path | None = None) -> list[dict]:
 
 @lru_cache(maxsize=4)
 def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
-    samples: dict[str, dict[tuple, list[tuple[float, float, float]]]] = {}
+    samples: dict[str, dict[tuple, list[tuple[float, float, float, int]]]] = {}
     peaks: dict[tuple[str, tuple], float] = {}
     out: dict[str, GpuCalibration] = {}
     for row in rows(catalog_dir):
@@ -204,10 +242,10 @@ def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
             key = (key[0], "tf32", *key[2:])  # an 'fp32' LSTM ran as PyTorch runs it: cuDNN in TF32
         out.setdefault(spec.name, GpuCalibration(spec.name)).sources.add(row.get("source", ""))
         samples.setdefault(spec.name, {}).setdefault(key, []).append(
-            (launches, work, _kernel_seconds(float(row["ms"]))))
+            (launches, work, _kernel_seconds(float(row["ms"])), row_width(row)))
         peaks[(spec.name, key)] = _peak(spec, key[1], bound)
     for gpu, by_key in samples.items():
-        out[gpu].fits = {k: fit(v, peaks[(gpu, k)]) for k, v in by_key.items()}
+        out[gpu].fits = {k: fit_widths(v, peaks[(gpu, k)]) for k, v in by_key.items()}
     return out
 
 
@@ -255,7 +293,7 @@ def _merged(name: str, catalog_dir: Path) -> tuple[GpuCalibration, str]:
     lender: dict[tuple, str] = {}
     for donor, extra in [(s, BORROWED_OTHER_ARCH_SIGMA) for s in other] + [(s, BORROWED_SAME_ARCH_SIGMA) for s in same]:
         for key, f in cals[donor.name].fits.items():
-            merged.fits[key] = Fit(f.latency, f.efficiency, math.hypot(f.sigma, extra), f.points)
+            merged.fits[key] = Fit(f.latency, f.efficiency, math.hypot(f.sigma, extra), f.points, f.narrow)
             lender[key] = donor.name
         merged.host_unit_seconds = cals[donor.name].host_unit_seconds or merged.host_unit_seconds
         merged.host_op_seconds = cals[donor.name].host_op_seconds or merged.host_op_seconds

@@ -87,7 +87,7 @@ def kernel_seconds(op, gpu: GpuSpec, cal: GpuCalibration, tf32_matmul: bool, spl
     if fit is None:
         return max(memory_s, launches * MIN_KERNEL_SECONDS), 0.3
     if kind in kernels.COMPUTE_KINDS and flops > 0:
-        return max(fit.seconds(flops, launches, gpu.peak_tflops(mode) * 1e12), memory_s), fit.sigma
+        return max(fit.seconds(flops, launches, gpu.peak_tflops(mode) * 1e12, op.width), memory_s), fit.sigma
     return fit.seconds(moved, launches, gpu.memory_bandwidth_gbps * 1e9), fit.sigma
 
 

@@ -34,6 +34,7 @@ class OpCost:
     layout: str = ""  # a convolution's input: nchw | nhwc (channels_last)
     launches: int = 0  # kernel launches over the calls (0: one per call); an RNN's: its time steps
     phase: str = ""  # forward | backward | optimizer
+    width: int = 0  # a convolution's implicit GEMM's narrower side: out channels or in channels × taps, per group
 
     @property
     def kernel_launches(self) -> int:
@@ -58,7 +59,7 @@ class StepRecorder:
 
     def note(self, op: OpCost) -> None:
         key = (op.name, op.kind, op.dtype, op.layout, op.phase or self.phase,
-               op.flops / max(op.count, 1), op.bytes / max(op.count, 1), op.launches / max(op.count, 1))
+               op.flops / max(op.count, 1), op.bytes / max(op.count, 1), op.launches / max(op.count, 1), op.width)
         tot = self._totals.setdefault(key, [0, 0.0, 0.0, 0])
         tot[0] += op.count
         tot[1] += op.flops
@@ -66,8 +67,8 @@ class StepRecorder:
         tot[3] += op.launches
 
     def ops(self) -> list[OpCost]:
-        out = [OpCost(name, int(c), f, b, kind=kind, dtype=dt, layout=lay, launches=int(la), phase=ph)
-               for (name, kind, dt, lay, ph, _, _, _), (c, f, b, la) in self._totals.items()]
+        out = [OpCost(name, int(c), f, b, kind=kind, dtype=dt, layout=lay, launches=int(la), phase=ph, width=w)
+               for (name, kind, dt, lay, ph, _, _, _, w), (c, f, b, la) in self._totals.items()]
         return sorted(out, key=lambda o: (o.phase, o.kind, o.name, -o.flops, -o.bytes))
 
     def mode(self):
@@ -144,10 +145,12 @@ def _op_cost(rec: StepRecorder, func, name: str, args, kwargs, out) -> OpCost:
     else:
         counter = flop_registry.get(func.overloadpacket)
         flops = float(counter(*args, **kwargs, out_val=out)) if counter is not None else 0.0
-    layout = ""
+    layout, width = "", 0
     if name in ("convolution", "convolution_backward") and args[0].dim() == 4:
         x, weight = (args[0], args[1]) if name == "convolution" else (args[1], args[2])
-        layout = _conv_layout(x, weight, int(args[8] if name == "convolution" else args[9]))
+        groups = int(args[8] if name == "convolution" else args[9])
+        layout = _conv_layout(x, weight, groups)
+        width = _conv_width(weight, groups)
     elif kind == "norm" and "batch_norm" in name:
         layout = "batch"
     dtype = _float_dtype(ins) or _float_dtype(outs)
@@ -155,7 +158,7 @@ def _op_cost(rec: StepRecorder, func, name: str, args, kwargs, out) -> OpCost:
         moved = _as_cuda_autocast_fp32(rec, ins, outs, moved)
         dtype = "fp32"
     return OpCost(name=name, count=1, flops=flops, bytes=float(moved), kind=kind, dtype=dtype, layout=layout,
-                  launches=launches)
+                  launches=launches, width=width)
 
 
 def _conv_layout(x, weight, groups: int) -> str:
@@ -172,6 +175,16 @@ def _conv_layout(x, weight, groups: int) -> str:
     if groups > 1 and int(weight.shape[1]) == 1:
         return f"{layout}/dw"
     return conv_layout(layout, int(x.shape[1]))
+
+
+def _conv_width(weight, groups: int) -> int:
+    """The narrower side of a convolution's implicit GEMM (gpu_calibration.conv_width)."""
+    from orchestrator.planning.gpu_calibration import conv_width
+
+    taps = 1
+    for d in weight.shape[2:]:
+        taps *= int(d)
+    return conv_width(int(weight.shape[1]) * groups, int(weight.shape[0]), taps, groups)
 
 
 def _conv_flops(name: str, args, outs) -> float:

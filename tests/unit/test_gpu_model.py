@@ -120,12 +120,32 @@ def test_the_calibration_fits_reproduce_the_kernels_they_were_fitted_to():
         key, work, launches, bound = sample
         key = ("rnn", "tf32", "", "") if key == ("rnn", "fp32", "", "") else key
         fit = cal.fits[key]
-        predicted = fit.seconds(work, launches, gpu_calibration._peak(spec, key[1], bound))
+        predicted = fit.seconds(work, launches, gpu_calibration._peak(spec, key[1], bound),
+                                gpu_calibration.row_width(row))
         measured = gpu_calibration._kernel_seconds(float(row["ms"]))
         assert abs(math.log(predicted / measured)) <= 3 * fit.sigma + 1e-9, (row, predicted, measured)
         checked += 1
     assert checked > 200
     assert 0.7 < cal.fits[("gemm", "bf16", "", "")].efficiency <= gpu_calibration.MAX_EFFICIENCY + 1e-9
+
+
+def test_a_narrow_convolution_runs_slower_per_flop_and_the_fit_learns_how_much():
+    """The H200's forward convolutions: one FLOP count runs slower at 64 channels than at 512 (see conv_width);
+    the fit finds the width at which its efficiency halves, and its residuals shrink with it."""
+    cal = gpu_calibration.calibrations()["H200"]
+    fwd = cal.fits[("conv", "bf16", "nhwc", "fwd")]
+    assert fwd.narrow > 0 and fwd.width_factor(64) > fwd.width_factor(512) > 1.0
+    samples = [(n, w, gpu_calibration._kernel_seconds(float(r["ms"])))
+               for r in gpu_calibration.rows() if r["gpu"] == "H200"
+               for (key, w, n, _) in [gpu_calibration._sample(r) or (None, 0, 0, "")]
+               if key == ("conv", "bf16", "nhwc", "fwd")]
+    plain = gpu_calibration.fit(samples, gpu_spec("H200").peak_tflops("bf16") * 1e12)
+    assert fwd.sigma < plain.sigma
+    # the recorder gives each convolution its width: the course CNN's 1 -> 32 and 32 -> 64 channel 3x3 layers
+    p = profile.profile_now(Workload(model="jobs.cnn:SimpleCNN", input_shape=[1, 8, 8], batch_size=8,
+                                     dataset_size=80, epochs=1), measure_local=False)
+    assert {o.width for o in ops_of(p, "conv", "forward")} == {gpu_calibration.conv_width(1, 32, 9),
+                                                               gpu_calibration.conv_width(32, 64, 9)}
 
 
 def test_the_host_model_reproduces_the_measured_host_bound_step():
