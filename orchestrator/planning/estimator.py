@@ -2,10 +2,11 @@
 
 On a GPU the step is priced kernel by kernel from the GPU's calibration (gpu_time.py: what CUDA runs, at the
 math mode PyTorch picks, overlapped with the host's dispatch). This machine's CPU or CUDA GPU uses the steps
-measured on it; other GPUs are then scaled from this machine's GPU by the ratio of the two predictions
-(Habitat's method). A CPU step too big to time here is a roofline of the CPU probe. Every estimate carries a
-range (90 %) from the calibration's residuals, narrowed by finished runs, which also correct the result per
-(accelerator, model family) — see history_from_store. The budget is checked against the range's high end.
+measured on it; other GPUs are then scaled from this machine's GPU, each kernel class by the ratio of the two
+GPUs' predictions for it, weighted by its time measured here (Habitat's method). A CPU step too big to time
+here is a roofline of the CPU probe. Every estimate carries a range (90 %) from the calibration's residuals,
+narrowed by finished runs, which also correct the result per (accelerator, model family) — see
+history_from_store. The budget is checked against the range's high end.
 """
 from __future__ import annotations
 
@@ -183,12 +184,37 @@ def _step_basis(profile, accelerator: str | None, count: int, here: bool, num_no
     step = gpu_step(profile, gpu, count, num_nodes)
     here_spec = gpu_spec(local_gpu) if local_gpu and "cuda" in measured else None
     if here_spec is not None:  # Habitat's method: this GPU's measured step × the ratio of the two predictions
-        ratio = step.seconds / gpu_step(profile, here_spec).seconds
-        return StepBasis(measured["cuda"] * ratio, f"scaled from this machine's {here_spec.name}",
+        seconds, how = scaled_from_here(profile, measured["cuda"], step, gpu_step(profile, here_spec))
+        return StepBasis(seconds, f"scaled from this machine's {here_spec.name}",
                          math.hypot(MEASURED_SIGMA, step.sigma / 2), f"measured on this machine's {here_spec.name}, "
-                         f"scaled by the predictions' ratio ({step.basis})")
+                         f"scaled by the predictions' {how} ({step.basis})")
     sigma = REFERENCE_SIGMA if reference else step.sigma
     return StepBasis(step.seconds, "roofline", sigma, step.basis)
+
+
+# a step whose kernels keep the GPU busy less than this share of it is bound by its host here
+GPU_BOUND_SHARE = 0.8
+
+
+def scaled_from_here(profile, measured: float, there, here) -> tuple[float, str]:
+    """(seconds of a step on another GPU, how it was scaled) from this machine's measured step and the two GPUs'
+    predictions (gpu_time.StepTime). With the measured step's GPU time per kernel class (profile.local_gpu_kinds)
+    each class scales by its own predicted ratio, weighted by what it measured here, not by what the model
+    thought its share was; a host-bound step keeps its host's time. Else the whole steps' ratio."""
+    kinds = getattr(profile, "local_gpu_kinds", None) or {}
+    busy = sum(kinds.values())
+    if busy <= 0 or here.gpu_seconds <= 0:
+        return measured * there.seconds / here.seconds, "ratio"
+    whole = there.gpu_seconds / here.gpu_seconds
+
+    def ratio(kind: str) -> float:
+        a, b = there.by_kind.get(kind, 0.0), here.by_kind.get(kind, 0.0)
+        return a / b if a > 0 and b > 0 else whole
+
+    r = sum(t * ratio(k) for k, t in kinds.items()) / busy
+    if busy >= GPU_BOUND_SHARE * measured:  # the GPU sets the pace here; a faster one may leave it to the host
+        return max(measured * r, here.host_seconds), "ratios per kernel class"
+    return max(measured, measured - busy + busy * r), "ratios per kernel class (host-bound here)"
 
 
 def _same_gpu(accelerator: str | None, local_gpu: str) -> bool:

@@ -56,6 +56,8 @@ class WorkloadProfile:
     optimizer_impl: str = "foreach"
     gpu_name: str = ""  # the local CUDA GPU local_step_seconds["cuda"] was measured on
     local_step_seconds: dict[str, float] = field(default_factory=dict)
+    # that GPU's busy seconds per step by kernel class (kernel_times.py), to scale each class to other GPUs
+    local_gpu_kinds: dict[str, float] = field(default_factory=dict)
     local_threads: int = 0
     source: str = "measured"  # measured | reference | probe (a timed local run of the job)
     note: str = ""
@@ -157,6 +159,7 @@ def _measure_on_local_gpu(workload, prof: WorkloadProfile) -> None:
     try:
         prof.local_step_seconds["cuda"] = measure_local_step_robust(workload, "cuda")
         prof.gpu_name = name
+        prof.local_gpu_kinds = measure_local_kinds(workload, "cuda")
     except torch.cuda.OutOfMemoryError:
         prof.note = f"the model does not fit this machine's {name} to time it: its estimate is the GPU model's"
     finally:
@@ -312,6 +315,40 @@ def measure_local_step(workload, device: str = "cpu", *, min_steps: int = 8, war
     The first steps of a fresh model pay one-time costs (kernel selection, thread pool start), so
     warm-up runs for a number of steps and a minimum time before steps are timed.
     """
+    step = _local_training_step(workload, device)
+    i, start = 0, time.perf_counter()
+    while i < warmup_steps or (time.perf_counter() - start < warmup_seconds and i < max_steps):
+        step(i * workload.batch_size)
+        i += 1
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_steps or (time.perf_counter() - start < measure_seconds and len(times) < max_steps):
+        times.append(step((i + len(times)) * workload.batch_size))
+    times.sort()
+    return times[min(len(times) - 1, int(len(times) * quantile))]
+
+
+def measure_local_kinds(workload, device: str = "cuda", warmup_steps: int = 3, steps: int = 3) -> dict[str, float]:
+    """Seconds per step by kernel class of a real training step here, as torch.profiler sees it (the kernels'
+    device time on a GPU, the ops' CPU time on a CPU)."""
+    import torch
+
+    from orchestrator.planning.kernel_times import profile_steps, time_by_kind
+
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        step = _local_training_step(workload, device)
+        for i in range(warmup_steps):
+            step(i * workload.batch_size)
+        counter = iter(range(warmup_steps, warmup_steps + steps))
+        prof, on_device = profile_steps(lambda: step(next(counter) * workload.batch_size), steps)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32_before
+    return time_by_kind(prof.key_averages(), on_device, steps)
+
+
+def _local_training_step(workload, device: str):
+    """The job's training step on this machine's `device`, as a callable(sample index) -> its seconds."""
     import torch
 
     torch.manual_seed(0)
@@ -346,16 +383,7 @@ def measure_local_step(workload, device: str = "cpu", *, min_steps: int = 8, war
         return time.perf_counter() - t0
 
     order = torch.randperm(n, device=device)
-    i, start = 0, time.perf_counter()
-    while i < warmup_steps or (time.perf_counter() - start < warmup_seconds and i < max_steps):
-        step(i * workload.batch_size)
-        i += 1
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < min_steps or (time.perf_counter() - start < measure_seconds and len(times) < max_steps):
-        times.append(step((i + len(times)) * workload.batch_size))
-    times.sort()
-    return times[min(len(times) - 1, int(len(times) * quantile))]
+    return step
 
 
 def measure_local_step_robust(workload, device: str = "cpu", rounds: int = 2) -> float:

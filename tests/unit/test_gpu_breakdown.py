@@ -7,7 +7,7 @@ import torch.nn as nn
 
 from bench import gpu_breakdown
 from infra.catalog import gpu_spec
-from orchestrator.planning import gpu_time, profile
+from orchestrator.planning import gpu_time, kernel_times, profile
 from orchestrator.planning.spec import Workload
 
 
@@ -30,12 +30,12 @@ def _cpu_step():
 def test_op_time_is_summed_by_the_estimators_kernel_class():
     _, by_op, device = gpu_breakdown.profile_step(_cpu_step(), steps=2)
     assert not device
-    by_kind = gpu_breakdown.time_by_kind(by_op, device, steps=2)
+    by_kind = kernel_times.time_by_kind(by_op, device, steps=2)
     assert {"conv", "norm", "gemm", "elementwise", "optimizer"} <= set(by_kind)
     assert all(v > 0 for v in by_kind.values())
-    assert gpu_breakdown.kind_of_event("aten::convolution_backward") == "conv"
-    assert gpu_breakdown.kind_of_event("aten::view") == "host"
-    assert gpu_breakdown.kind_of_event("Optimizer.step#Adam.step") is None  # a Python label, not a kernel
+    assert kernel_times.kind_of_event("aten::convolution_backward") == "conv"
+    assert kernel_times.kind_of_event("aten::view") == "host"
+    assert kernel_times.kind_of_event("Optimizer.step#Adam.step") is None  # a Python label, not a kernel
 
 
 def test_a_models_rows_put_measured_and_predicted_per_class_side_by_side(tmp_path):

@@ -187,6 +187,37 @@ def test_the_gpu_here_is_measured_and_other_gpus_are_scaled_from_it():
     assert h100.step_seconds == pytest.approx(0.004 * ratio)
 
 
+def test_each_kernel_class_timed_here_scales_by_its_own_predicted_ratio():
+    """Habitat's method per class: the local GPU's measured time of each kernel class (torch.profiler, here
+    given) scales by that class's predicted ratio, weighted by what it measured, not by the model's shares."""
+    p = static("BigMLP", batch_size=512, input_shape=[64], precision="bf16")
+    there, here = estimator.gpu_step(p, gpu_spec("H100")), estimator.gpu_step(p, gpu_spec("RTX4090"))
+    p.local_step_seconds["cuda"], p.gpu_name = 0.010, "RTX4090"
+
+    def h100_step(kinds):
+        p.local_gpu_kinds = kinds
+        p.__dict__.pop("_step_cache", None)
+        return estimator.estimate(p, offer("H100"), spot=False)
+
+    ratio = {k: there.by_kind[k] / here.by_kind[k] for k in ("gemm", "elementwise")}
+    assert ratio["gemm"] != pytest.approx(ratio["elementwise"], rel=0.05)
+    for kind in ratio:  # GPU-bound here: the whole step follows the one class it measured
+        e = h100_step({kind: 0.010})
+        assert e.step_seconds == pytest.approx(max(0.010 * ratio[kind], here.host_seconds))
+        assert e.basis == "scaled from this machine's RTX4090"
+    mixed = h100_step({"gemm": 0.006, "elementwise": 0.004})
+    assert mixed.step_seconds == pytest.approx(max(0.006 * ratio["gemm"] + 0.004 * ratio["elementwise"],
+                                                   here.host_seconds))
+    # host-bound here (the kernels busy 2 of its 10 ms): a faster GPU leaves the step to the host
+    assert ratio["gemm"] < 1 and h100_step({"gemm": 0.002}).step_seconds == pytest.approx(0.010)
+
+
+def test_the_local_gpu_step_is_timed_per_kernel_class_by_the_profiler():
+    """The same measurement as on a GPU (warm-up, then steps under torch.profiler), here on the CPU's ops."""
+    kinds = profile.measure_local_kinds(workload("TinyCNN"), "cpu", warmup_steps=1, steps=2)
+    assert {"conv", "gemm", "elementwise"} <= set(kinds) and all(v > 0 for v in kinds.values())
+
+
 def test_an_unknown_local_gpu_is_measured_never_assumed_a_t4():
     p = static("TinyCNN")
     unknown = offer("NVIDIA GeForce RTX 4090 Laptop GPU", cloud="local")
