@@ -10,7 +10,7 @@ the worst, for the models the calibration was checked against (`seen`) and the o
 Without CUDA it prints the predictions for --gpu (default H200) and says so.
 
     python bench/estimator_gpu.py [--gpu NAME] [--only NAME,...] [--steps 20] [--budget-seconds 400]
-                                  [--breakdown FILE]
+                                  [--breakdown FILE] [--local-check]
 """
 from __future__ import annotations
 
@@ -114,12 +114,32 @@ def predict(workload, gpu: str):
     return step, step.seconds / spread, step.seconds * spread
 
 
+def local_check(workload, others=("H100", "A100", "L4")) -> None:
+    """dlrun's own measurement of this GPU (as `dlrun plan` takes it: steps, then each kernel class's busy time)
+    and the other GPUs scaled from it per class, against the GPU model alone."""
+    from orchestrator.planning.estimator import estimate_on_gpu
+    from orchestrator.planning.profile import _measure_on_local_gpu, profile_now
+
+    p = profile_now(workload, measure_local=False)
+    _measure_on_local_gpu(workload, p)
+    busy = sum(p.local_gpu_kinds.values())
+    print(f"# local GPU {p.gpu_name or '?'}: step {p.local_step_seconds.get('cuda', 0) * 1e3:.2f} ms, kernels busy "
+          f"{busy * 1e3:.2f} ms: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in sorted(p.local_gpu_kinds.items())))
+    for gpu in others:
+        scaled = estimate_on_gpu(p, gpu)
+        alone = estimate_on_gpu(profile_now(workload, measure_local=False), gpu)
+        print(f"#   {gpu}: {scaled.step_seconds * 1e3:.2f} ms {scaled.basis} ({scaled.detail}); the model alone "
+              f"{alone.step_seconds * 1e3:.2f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", help="the GPU of the table to predict for (default: this machine's, else H200)")
     ap.add_argument("--only", help="comma-separated model names of the suite")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--budget-seconds", type=float, default=400, help="stop measuring new models after this")
+    ap.add_argument("--local-check", action="store_true",
+                    help="also time the first model of the suite as dlrun's profile does and scale it per class")
     ap.add_argument("--breakdown", type=Path, help="write per kernel class measured vs predicted ms (torch.profiler) "
                                                    "and each model's top ops to this CSV")
     args = ap.parse_args()
@@ -166,6 +186,9 @@ def main() -> None:
               f"{'yes' if low <= meas <= high else 'NO':8s}  {'seen' if seen else 'held out'}", flush=True)
     if breakdown:
         print(f"breakdown: {len(breakdown)} rows in {args.breakdown}")
+    if args.local_check and cuda:
+        first = next((f for n, _, f in SUITE if not only or n in only), SUITE[0][2])
+        local_check(Workload(**first))
     for seen, rs in ratios.items():
         if rs:
             errors = [abs(math.log(r)) for r in rs]

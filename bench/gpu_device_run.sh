@@ -24,6 +24,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT
 timeout 200 python3 bench/calibrate_gpu.py --out "$OUT/kernels.csv" 2>&1 | tee "$OUT/calibrate.txt"
 # the fits with this GPU's own rows: the estimator then predicts from what this GPU measured
 cp "$OUT/kernels.csv" configs/catalog/gpu_kernels_device.csv 2>/dev/null
-timeout 300 python3 bench/estimator_gpu.py --budget-seconds 240 --steps 15 --breakdown "$OUT/breakdown.csv" 2>&1 \
+timeout 300 python3 bench/estimator_gpu.py --budget-seconds 240 --steps 15 --breakdown "$OUT/breakdown.csv" \
+  --local-check 2>&1 \
   | tee "$OUT/estimator_gpu.txt"
 rm -f configs/catalog/gpu_kernels_device.csv
