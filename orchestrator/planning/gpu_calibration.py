@@ -61,9 +61,13 @@ class Fit:
         return launches * self.latency + work * self.width_factor(width) / (peak * self.efficiency)
 
     def width_factor(self, width: int) -> float:
-        """How much slower than a wide kernel of its class a kernel `width` wide runs (its GEMM's narrower
-        side: few channels leave the tensor cores' tiles part empty and re-read the input)."""
-        return 1.0 + self.narrow / width if self.narrow and width > 0 else 1.0
+        return width_factor(self.narrow, width)
+
+
+def width_factor(narrow: float, width: int) -> float:
+    """How much slower than a wide kernel of its class a kernel `width` wide runs (its GEMM's narrower side: few
+    channels leave the tensor cores' tiles part empty), for a class whose efficiency halves at `narrow`."""
+    return 1.0 + narrow / width if narrow and width > 0 else 1.0
 
 
 @dataclass
@@ -204,8 +208,7 @@ def fit_widths(samples: list[tuple[float, float, float, int]], peak: float) -> F
     the `narrow` of NARROW_GRID that leaves the smallest residuals (0 where widths do not explain them)."""
     best: Fit | None = None
     for narrow in NARROW_GRID if any(w for *_, w in samples) else (0.0,):
-        probe = Fit(0.0, 1.0, 0.0, 0, narrow)
-        f = fit([(n, work * probe.width_factor(w), t) for n, work, t, w in samples], peak)
+        f = fit([(n, work * width_factor(narrow, w), t) for n, work, t, w in samples], peak)
         if best is None or f.sigma < best.sigma - 1e-9:
             best = Fit(f.latency, f.efficiency, f.sigma, f.points, narrow)
     assert best is not None
