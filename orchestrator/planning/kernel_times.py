@@ -51,6 +51,12 @@ def time_by_kind(events, device: bool, steps: int = 1) -> dict[str, float]:
     return out
 
 
+def step_time_by_kind(step, steps: int = 3) -> dict[str, float]:
+    """Seconds per step by kernel class over `steps` calls of step() (warmed up by the caller)."""
+    prof, on_device = profile_steps(step, steps)
+    return time_by_kind(prof.key_averages(), on_device, steps)
+
+
 def profile_steps(step, steps: int = 3, shapes: bool = False):
     """`steps` calls of step() under torch.profiler, with CUDA activity where there is a GPU: (the profiler, for
     its `key_averages()`; whether it recorded device times). `shapes`: record the ops' input shapes too."""

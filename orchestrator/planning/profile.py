@@ -329,22 +329,20 @@ def measure_local_step(workload, device: str = "cpu", *, min_steps: int = 8, war
 
 
 def measure_local_kinds(workload, device: str = "cuda", warmup_steps: int = 3, steps: int = 3) -> dict[str, float]:
-    """Seconds per step by kernel class of a real training step here, as torch.profiler sees it (the kernels'
-    device time on a GPU, the ops' CPU time on a CPU)."""
+    """Seconds per step by kernel class of a real training step here (kernel_times.py: the kernels' device
+    time on a GPU, the ops' CPU time on a CPU)."""
     import torch
 
-    from orchestrator.planning.kernel_times import profile_steps, time_by_kind
+    from orchestrator.planning.kernel_times import step_time_by_kind
 
     tf32_before = torch.backends.cuda.matmul.allow_tf32
     try:
-        step = _local_training_step(workload, device)
-        for i in range(warmup_steps):
-            step(i * workload.batch_size)
-        counter = iter(range(warmup_steps, warmup_steps + steps))
-        prof, on_device = profile_steps(lambda: step(next(counter) * workload.batch_size), steps)
+        step, calls = _local_training_step(workload, device), iter(range(warmup_steps + steps))
+        for _ in range(warmup_steps):
+            step(next(calls) * workload.batch_size)
+        return step_time_by_kind(lambda: step(next(calls) * workload.batch_size), steps)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_before
-    return time_by_kind(prof.key_averages(), on_device, steps)
 
 
 def _local_training_step(workload, device: str):
