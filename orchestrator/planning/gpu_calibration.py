@@ -264,14 +264,6 @@ def host_unit_seconds(cal: GpuCalibration) -> float:
     return measured[0] if measured else DEFAULT_HOST_UNIT_SECONDS
 
 
-def host_op_seconds(cal: GpuCalibration) -> dict[tuple[str, str, str], float]:
-    """The measured host dispatch per op class: the calibration's own host, else a measured one, else none."""
-    if cal.host_op_seconds:
-        return cal.host_op_seconds
-    measured = [c.host_op_seconds for c in calibrations().values() if c.host_op_seconds]
-    return measured[0] if measured else {}
-
-
 def _family(spec: GpuSpec) -> str:
     return spec.architecture.split()[0]
 

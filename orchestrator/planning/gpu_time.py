@@ -19,8 +19,7 @@ from infra.catalog import GpuSpec
 from orchestrator.planning import kernels
 from orchestrator.planning.step_ops import SYNC_OP
 from orchestrator.planning.gpu_calibration import (HOST_STEP_SECONDS, HOST_WEIGHTS, MIN_KERNEL_SECONDS, Fit,
-                                                   GpuCalibration, calibration_for, host_op_seconds,
-                                                   host_unit_seconds)
+                                                   GpuCalibration, calibration_for, host_unit_seconds)
 
 SYNC_SECONDS = 15e-6  # the host waiting on the GPU and starting again
 INTER_NODE_GBPS = 3.0  # effective all-reduce bandwidth between cloud nodes (GB/s)
@@ -136,7 +135,7 @@ def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1) 
         by_kind[kind] = by_kind.get(kind, 0.0) + seconds
         var += (seconds * sigma) ** 2
     autocast = getattr(profile, "precision", "fp32") in ("bf16", "fp16")
-    host_before, host_after = host_seconds(profile.ops, host_unit_seconds(cal), host_op_seconds(cal), autocast)
+    host_before, host_after = host_seconds(profile.ops, host_unit_seconds(cal), cal.host_op_seconds, autocast)
     if any(o.count for o in profile.ops):  # a reference profile has no ops to dispatch, no loop to model
         host_before += HOST_STEP_SECONDS
     step = max(gpu_before, host_before) + (max(gpu_after, host_after) + SYNC_SECONDS if has_sync else 0.0)

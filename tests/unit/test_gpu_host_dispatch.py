@@ -61,7 +61,7 @@ def test_measured_host_costs_price_their_class_and_the_prior_the_rest(tmp_path, 
     assert steps[0.5].host_seconds - steps[0.05].host_seconds == pytest.approx(conv_fwd_calls * 0.45e-3)
     assert steps[0.5].host_seconds > prior.host_seconds  # a slow conv dispatch makes this host-bound step longer
     cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
-    measured, unit = gpu_calibration.host_op_seconds(cal), gpu_calibration.host_unit_seconds(cal)
+    measured, unit = cal.host_op_seconds, gpu_calibration.host_unit_seconds(cal)
     view = OpCost(name="(views and allocations)", count=1, flops=0, bytes=0, kind="host")
     adam = OpCost(name="_foreach_add_", count=1, flops=0, bytes=0, kind="optimizer", phase="optimizer")
     assert gpu_time.host_op_cost(view, unit, measured, autocast=False) == 0.0  # inside the measured costs
@@ -74,11 +74,11 @@ def test_autocast_steps_use_the_costs_measured_under_autocast(tmp_path, monkeypa
     p, _ = _cnn_step("bf16")
     cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
     conv = next(o for o in p.ops if o.kind == "conv" and o.phase == "forward")
-    measured, unit = gpu_calibration.host_op_seconds(cal), gpu_calibration.host_unit_seconds(cal)
+    measured, unit = cal.host_op_seconds, gpu_calibration.host_unit_seconds(cal)
     assert gpu_time.host_op_cost(conv, unit, measured, autocast=True) == unit  # no bf16 row: the prior
     assert gpu_time.host_op_cost(conv, unit, measured, autocast=False) == pytest.approx(0.5e-3)
 
 
 def test_without_host_rows_the_host_model_is_the_prior():
     cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
-    assert gpu_calibration.host_op_seconds(cal) == {}  # the shared H200 microbenchmarks have none
+    assert cal.host_op_seconds == {}  # the shared H200 microbenchmarks have none
