@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import math
 import re
 
 import pytest
@@ -81,4 +82,4 @@ def test_compute_rows_agree_with_their_shape_and_stay_under_the_datasheet_peak(r
 def test_memory_rows_stay_under_the_memory_bandwidth(row):
     gbps = float(row["gbps"])
     assert 0 < gbps <= gpu_spec(row["gpu"]).memory_bandwidth_gbps
-    assert int(row["shape"]) > 0  # elements per tensor
+    assert math.prod(int(n) for n in row["shape"].split("x")) > 0  # elements per tensor, or its [B, H] shape
