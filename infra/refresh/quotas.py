@@ -89,6 +89,7 @@ class QuotaBook:
 
     units: dict[tuple[str, str], cache.Unit] = field(default_factory=dict)
     unchecked: dict[str, str] = field(default_factory=dict)   # cloud -> why its quotas are not known
+    read_now: set[tuple[str, str]] = field(default_factory=set)  # the units this call tried to read
 
     def _unit(self, cloud: str, region: str) -> cache.Unit | None:
         return self.units.get((cloud, region))

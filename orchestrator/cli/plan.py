@@ -282,9 +282,33 @@ def catalog_quotas_command(cloud, regions, show_all, as_json):
     quotas = _shown_quotas(book, regions, show_all)
     if as_json:
         click.echo(_quotas_json(book, quotas))
+    else:
+        _print_quota_table(quotas)
+        _print_quota_reads(book)
+    _quotas_exit(book, cloud)
+
+
+def _quotas_exit(book: QuotaBook, cloud: str | None) -> None:
+    """The exit code of `catalog quotas`, as a refresh's (README's table): 6 when some reads failed (what was
+    read before is shown, or unknown), 7 when every read failed, 4 when the cloud refused every one or no
+    cloud asked for has credentials."""
+    from orchestrator.errors import CloudCredentialsError, RefreshFailedError, RefreshPartialError
+    from infra.refresh.answers import is_refusal
+
+    asked = [cloud] if cloud else list(CATALOG_CLOUDS)
+    if book.unchecked and not book.read_now and all(c in book.unchecked for c in asked):
+        raise CloudCredentialsError("catalog quotas: nothing read: " +
+                                    "; ".join(f"{c}: {w}" for c, w in book.unchecked.items()))
+    failed = [book.units[k] for k in sorted(book.read_now) if book.units[k].error]
+    if not failed:
         return
-    _print_quota_table(quotas)
-    _print_quota_reads(book)
+    shown = "what was read before is shown with its age, the rest as unknown (see the lines above)"
+    if len(failed) < len(book.read_now):
+        raise RefreshPartialError(f"catalog quotas: {len(failed)} of {len(book.read_now)} reads failed; {shown}")
+    if all(is_refusal(u.error) for u in failed):
+        raise CloudCredentialsError(f"catalog quotas: nothing read, the cloud refused the credentials "
+                                    f"({failed[0].error}); {shown}")
+    raise RefreshFailedError(f"catalog quotas: nothing read, {plural(len(failed), 'read')} failed; {shown}")
 
 
 def _quota_regions(cloud: str | None, regions: tuple[str, ...]) -> dict[str, set[str]]:

@@ -83,6 +83,7 @@ def quota_book(regions: dict[str, set[str]], *, max_age_s: float | None = None,
         merged = cache.save(cloud, "quotas", fresh)
         for region in fresh:
             book.units[(cloud, region)] = merged[region]
+            book.read_now.add((cloud, region))
     return book
 
 

@@ -184,7 +184,7 @@ def test_a_fault_keeps_the_previous_rows_says_so_in_one_line_and_ends(filled, so
     else:
         lines = [x for x in out.splitlines() if x.startswith(f"{cloud} {region}: ")]
         assert len(lines) == 1 and "showing what was read" in lines[0], out
-        assert code == 0, out  # the quotas shown are what was read before, with their age
+        assert code == 7, out  # the one read due failed; what was read before is shown, with its age
 
 
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d$")
@@ -218,11 +218,28 @@ def test_credentials_the_cloud_refuses_are_exit_4_and_any_other_total_failure_ex
     assert code == 7 and "nothing refreshed" in str(result.exception), result.output
 
 
+def test_catalog_quotas_exits_4_when_the_cloud_refuses_every_read(filled):
+    age("aws", "quotas", REGION)
+    before = snapshot("aws", "quotas", REGION)
+    filled["proxies"]["aws-json"].inject("ListServiceQuotas", "refused")
+    code, result = invoke(*QUOTAS_AWS)
+    assert code == 4 and "refused the credentials" in str(result.exception), result.output
+    assert snapshot("aws", "quotas", REGION) == before
+
+
+def test_catalog_quotas_exits_6_when_some_reads_fail(filled):
+    age("aws", "quotas", REGION)
+    age("gcp", "quotas", "us-central1")
+    filled["proxies"]["aws-json"].inject("ListServiceQuotas", "http503")
+    code, result = invoke("quotas", "--region", REGION, "--region", "us-central1")
+    assert code == 6 and "1 of 2 reads failed" in str(result.exception), result.output
+
+
 def test_an_unreadable_quota_answer_is_unknown_never_zero_nor_the_default(filled, dlrun_home):
     cache.path("aws", "quotas").unlink()  # never read before
     filled["proxies"]["aws-json"].inject("ListServiceQuotas", "cut_off")
     code, result = invoke(*QUOTAS_AWS, "--json")
-    assert code == 0, result.output
+    assert code == 7 and "nothing read" in str(result.exception), result.output
     data = json.loads(result.stdout[result.stdout.index("{"):])
     assert not [q for q in data["quotas"] if q["cloud"] == "aws"]  # G and VT: unknown, not AWS's default 0
     unit = next(u for u in data["units"] if u["cloud"] == "aws" and u["region"] == REGION)
