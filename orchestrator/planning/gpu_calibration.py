@@ -227,6 +227,18 @@ def rows(catalog_dir: Path | None = None) -> list[dict]:
     return out
 
 
+def _kernel_row(row: dict, catalog_dir: Path) -> tuple[GpuSpec, tuple[str, str, str, str], float, int, str] | None:
+    """(its GPU, fit key, work, launches, bound) of a measured kernel row of a GPU of the table; None otherwise."""
+    spec = gpu_spec(row["gpu"], catalog_dir)
+    sample = _sample(row) if spec is not None and row.get("ms") else None
+    if spec is None or sample is None:
+        return None
+    key, work, launches, bound = sample
+    if key[0] == "rnn" and key[1] == "fp32" and spec.has_tf32:
+        key = (key[0], "tf32", *key[2:])  # an 'fp32' LSTM ran as PyTorch runs it: cuDNN in TF32
+    return spec, key, work, launches, bound
+
+
 @lru_cache(maxsize=4)
 def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
     samples: dict[str, dict[tuple, list[tuple[float, float, float, int]]]] = {}
@@ -241,12 +253,10 @@ def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
             out.setdefault(spec.name, GpuCalibration(spec.name)).host_op_seconds[
                 (row["op"], row["dtype"], row["pass_"])] = float(row["ms"]) * 1e-3
             continue
-        sample = _sample(row) if spec is not None and row.get("ms") else None
-        if spec is None or sample is None:
+        kernel = _kernel_row(row, catalog_dir)
+        if kernel is None:
             continue
-        key, work, launches, bound = sample
-        if key[0] == "rnn" and key[1] == "fp32" and spec.has_tf32:
-            key = (key[0], "tf32", *key[2:])  # an 'fp32' LSTM ran as PyTorch runs it: cuDNN in TF32
+        spec, key, work, launches, bound = kernel
         out.setdefault(spec.name, GpuCalibration(spec.name)).sources.add(row.get("source", ""))
         samples.setdefault(spec.name, {}).setdefault(key, []).append(
             (launches, work, _kernel_seconds(float(row["ms"])), row_width(row)))
@@ -261,11 +271,9 @@ def calibrations(catalog_dir: Path | None = None) -> dict[str, GpuCalibration]:
 
 
 def host_unit_seconds(cal: GpuCalibration) -> float:
-    """One forward op's host dispatch: the calibration's own host, else a measured one, else a prior."""
-    if cal.host_unit_seconds:
-        return cal.host_unit_seconds
-    measured = [c.host_unit_seconds for c in calibrations().values() if c.host_unit_seconds]
-    return measured[0] if measured else DEFAULT_HOST_UNIT_SECONDS
+    """One forward op's host dispatch: the calibration's (calibration_for gives a measured GPU's host to a GPU
+    without one), else a prior."""
+    return cal.host_unit_seconds or DEFAULT_HOST_UNIT_SECONDS
 
 
 def pooled_fit(fits: list[Fit]) -> Fit:
@@ -277,6 +285,12 @@ def pooled_fit(fits: list[Fit]) -> Fit:
     sigma = math.exp(sum(math.log(f.sigma) for f in fits) / n)
     narrow = sorted(f.narrow for f in fits)[n // 2]
     return Fit(latency, efficiency, math.hypot(sigma, BORROWED_SIGMA), sum(f.points for f in fits), narrow)
+
+
+def pool_of(key: tuple, fits_by_gpu: dict[str, dict[tuple, Fit]]) -> Fit | None:
+    """The pooled fit of class `key` over the GPUs (name -> fits) that measured it; None where none did."""
+    having = [fits[key] for fits in fits_by_gpu.values() if key in fits]
+    return pooled_fit(having) if having else None
 
 
 def calibration_for(spec: GpuSpec, catalog_dir: Path | None = None) -> tuple[GpuCalibration, str]:
@@ -294,10 +308,11 @@ def _merged(name: str, catalog_dir: Path) -> tuple[GpuCalibration, str]:
     donors = [cals[g] for g in sorted(cals) if g != spec.name]
     merged = GpuCalibration(spec.name, fits=dict(own.fits), sources=own.sources)
     lenders: set[str] = set()
+    donor_fits = {d.gpu: d.fits for d in donors}
     for key in sorted({k for d in donors for k in d.fits} - set(own.fits)):
-        having = [d for d in donors if key in d.fits]
-        merged.fits[key] = pooled_fit([d.fits[key] for d in having])
-        lenders.update(d.gpu for d in having)
+        if (pooled := pool_of(key, donor_fits)) is not None:
+            merged.fits[key] = pooled
+            lenders.update(g for g, fits in donor_fits.items() if key in fits)
     # the host is a CPU, not the GPU: a GPU without its own host measurement takes another GPU's
     hosts = [c for c in [own, *donors] if c.host_unit_seconds or c.host_op_seconds]
     merged.host_unit_seconds = next((c.host_unit_seconds for c in hosts if c.host_unit_seconds), None)
@@ -314,25 +329,20 @@ def _merged(name: str, catalog_dir: Path) -> tuple[GpuCalibration, str]:
 
 def transfer_errors(catalog_dir: Path | None = None, lend=None) -> dict[tuple[str, str], list[float]]:
     """How well fits travel between GPUs: each measured GPU's kernels predicted, as for a GPU without rows, from
-    the other GPUs' fits alone (`lend(gpu spec, class key, {gpu: its fits}) -> Fit | None`, default pooled_fit of
-    all that have the class). (gpu, kind) -> log(predicted / measured) per kernel."""
+    the other GPUs' fits alone (`lend(gpu spec, class key, {gpu: its fits}) -> Fit | None`, default: pool_of
+    them). (gpu, kind) -> log(predicted / measured) per kernel."""
     cat = _dir(catalog_dir)
     cals = _calibrations(cat)
     out: dict[tuple[str, str], list[float]] = {}
+    others: dict[str, dict[str, dict[tuple, Fit]]] = {}
     for row in rows(cat):
-        spec = gpu_spec(row["gpu"], cat)
-        sample = _sample(row) if spec is not None and spec.name in cals and row.get("ms") else None
-        if spec is None or sample is None:
+        kernel = _kernel_row(row, cat)
+        if kernel is None or kernel[0].name not in cals:
             continue
-        key, work, launches, bound = sample
-        if key[0] == "rnn" and key[1] == "fp32" and spec.has_tf32:
-            key = (key[0], "tf32", *key[2:])
-        others = {g: c.fits for g, c in cals.items() if g != spec.name}
-        if lend is None:
-            having = [f[key] for f in others.values() if key in f]
-            fit_ = pooled_fit(having) if having else None
-        else:
-            fit_ = lend(spec, key, others)
+        spec, key, work, launches, bound = kernel
+        if spec.name not in others:
+            others[spec.name] = {g: c.fits for g, c in cals.items() if g != spec.name}
+        fit_ = pool_of(key, others[spec.name]) if lend is None else lend(spec, key, others[spec.name])
         if fit_ is not None:
             predicted = fit_.seconds(work, launches, _peak(spec, key[1], bound), row_width(row))
             out.setdefault((spec.name, key[0]), []).append(math.log(predicted / _kernel_seconds(float(row["ms"]))))
