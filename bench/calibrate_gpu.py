@@ -1,7 +1,7 @@
 """`make calibrate-gpu`: measure the kernels of this machine's CUDA GPU into configs/catalog/gpu_kernels_<GPU>.csv.
 
 The rows have the format of ../shared/calibration (section, op, dtype, layout, shape, pass_, ms, tflops, gbps)
-plus gpu, source and date, which orchestrator/planning/gpu_calibration.py fits per kernel class. Each `ms` is
+plus gpu, source and date, which orchestrator/estimate/gpu_calibration.py fits per kernel class. Each `ms` is
 the median of CUDA-event timings after warm-ups, PyTorch's defaults unless the row says otherwise (`tf32`:
 TF32 on for matmuls and cuDNN). Beside the H200's shapes it measures what that file lacks: batch norm in half
 precision and channels_last, elementwise ops in fp16, and the host's dispatch per op class (section `host`:
@@ -185,7 +185,7 @@ def _ops_by_kind(fn) -> dict[str, int]:
     """The aten ops fn() dispatches, counted by the estimator's kernel class (views and allocations left out)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from orchestrator.planning import kernels
+    from orchestrator.estimate import kernels
 
     counts: dict[str, int] = {}
 

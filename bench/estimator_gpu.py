@@ -67,7 +67,7 @@ def training_step(workload):
     """One step of the plain loop a user writes for `workload` on the GPU, as a callable."""
     import torch
 
-    from orchestrator.planning.profile import build_model, loss_of, make_batch
+    from orchestrator.estimate.profile import build_model, loss_of, make_batch
 
     tf32, memory_format, impl = workload.math
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -106,8 +106,8 @@ def measure(step, steps: int) -> float:
 
 def predict(workload, gpu: str):
     from infra.catalog import gpu_spec
-    from orchestrator.planning.estimator import gpu_step, range_factor
-    from orchestrator.planning.profile import profile_now
+    from orchestrator.estimate.estimator import gpu_step, range_factor
+    from orchestrator.estimate.profile import profile_now
 
     step = gpu_step(profile_now(workload, measure_local=False), gpu_spec(gpu))
     spread = range_factor(step.sigma)
@@ -117,8 +117,8 @@ def predict(workload, gpu: str):
 def local_check(workload, others=("H100", "A100", "L4")) -> None:
     """dlrun's own measurement of this GPU (as `dlrun plan` takes it: steps, then each kernel class's busy time)
     and the other GPUs scaled from it per class, against the GPU model alone."""
-    from orchestrator.planning.estimator import estimate_on_gpu
-    from orchestrator.planning.profile import _measure_on_local_gpu, profile_now
+    from orchestrator.estimate.estimator import estimate_on_gpu
+    from orchestrator.estimate.profile import _measure_on_local_gpu, profile_now
 
     p = profile_now(workload, measure_local=False)
     _measure_on_local_gpu(workload, p)
@@ -148,7 +148,7 @@ def main() -> None:
     import gpu_breakdown
 
     from infra.local.gpus import local_gpu_name
-    from orchestrator.planning.workload import Workload
+    from orchestrator.estimate.workload import Workload
 
     cuda = torch.cuda.is_available()
     gpu = args.gpu or (local_gpu_name() if cuda else None) or "H200"

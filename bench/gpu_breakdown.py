@@ -1,6 +1,6 @@
 """Where a measured training step's time goes, by the estimator's kernel classes, beside its prediction.
 
-orchestrator/planning/kernel_times.py sums a profiled step's self device time per kernel class as the recorder
+orchestrator/estimate/kernel_times.py sums a profiled step's self device time per kernel class as the recorder
 classes ops for the prediction, so measured and predicted seconds line up per class. The rows also carry the
 step's wall time against the GPU's busy time (a step much longer than its kernels is bound by the host), and the
 ops that took the most GPU time with their input shapes: what one run on a lent GPU must leave behind to correct
@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from orchestrator.planning import kernel_times
+from orchestrator.estimate import kernel_times
 
 COLUMNS = ["model", "row", "name", "calls_per_step", "measured_ms", "predicted_ms", "detail"]
 

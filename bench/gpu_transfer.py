@@ -46,7 +46,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--catalog", type=Path, help="catalog directory (default: configs/catalog)")
     args = ap.parse_args()
-    from orchestrator.planning.gpu_calibration import BORROWED_SIGMA, transfer_errors
+    from orchestrator.estimate.gpu_calibration import BORROWED_SIGMA, transfer_errors
 
     pooled = transfer_errors(args.catalog)
     nearest = transfer_errors(args.catalog, lend=nearest_of_architecture)

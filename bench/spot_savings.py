@@ -58,7 +58,7 @@ def offers_for(gpu: str):
 
 
 def startup_hours(offer) -> float:
-    from orchestrator.planning.estimator import cluster_start_seconds
+    from orchestrator.estimate.estimator import cluster_start_seconds
 
     return cluster_start_seconds(offer.cloud) / 3600.0
 

@@ -50,7 +50,7 @@ def _local_gpu() -> str | None:
 
 
 def estimates(spec, gpus: tuple[str, ...]) -> list:
-    from orchestrator.planning.estimator import estimate_on_gpu, history_from_store
+    from orchestrator.estimate.estimator import estimate_on_gpu, history_from_store
     from orchestrator.planning.planner import profile_for
     from orchestrator.state.db import Store
 

@@ -56,7 +56,7 @@ def warm_profile(spec, stream=None) -> None:
                     probe_job(spec)
         return
     from orchestrator.planning.isolated_profile import cached_in_workdir, measure_in_workdir
-    from orchestrator.planning.profile import cached_profile, measure
+    from orchestrator.estimate.profile import cached_profile, measure
 
     own = bool(spec.run)  # the user's model, imported from the workdir
     if (cached_in_workdir(spec.workload, spec.workdir) if own else cached_profile(spec.workload)) is not None:

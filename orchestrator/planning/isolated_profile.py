@@ -16,7 +16,7 @@ from pathlib import Path
 
 from orchestrator.errors import SpecError
 from orchestrator.paths import profiles_dir
-from orchestrator.planning.profile import WorkloadProfile, cached_profile, profile_now, workload_hash
+from orchestrator.estimate.profile import WorkloadProfile, cached_profile, profile_now, workload_hash
 from orchestrator.planning.workdir import workdir_digest
 
 DLRUN_ROOT = Path(__file__).resolve().parents[2]  # where orchestrator/ and jobs/ are importable from

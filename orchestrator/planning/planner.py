@@ -14,7 +14,7 @@ from infra.catalog import Offer, canonical_gpu, sold_markets
 from infra.refresh.cache import LAUNCH_QUOTA_AGE_S
 from infra.identity import owner_identity
 from orchestrator.planning import blocks, image_check, local_requirements, plan_inputs, software
-from orchestrator.planning.estimator import Estimate, estimate, history_from_store
+from orchestrator.estimate.estimator import Estimate, estimate, history_from_store
 from orchestrator.planning.storage_plan import candidate_checkpoint, check_checkpoint, storage_notes
 
 REFERENCE_COMPUTE_SHARE = 0.7  # of the reference time spent in matmul/conv, the rest on memory
@@ -123,8 +123,8 @@ def _profile_summary(p) -> dict | None:
 def reference_profile(accelerator: str, hours: float, count: int = 1, note: str = ""):
     """A synthetic profile that takes `hours` on `count` × `accelerator` (or 'cpu'), for scaling."""
     from infra.catalog import gpu_spec
-    from orchestrator.planning.estimator import CPU_COMPUTE_EFFICIENCY, gpu_step_seconds
-    from orchestrator.planning.profile import OpCost, WorkloadProfile
+    from orchestrator.estimate.estimator import CPU_COMPUTE_EFFICIENCY, gpu_step_seconds
+    from orchestrator.estimate.profile import OpCost, WorkloadProfile
 
     steps = 1000
     step = hours * 3600.0 / steps
@@ -158,7 +158,7 @@ def profile_for(spec):
 
         return measure_in_workdir(spec.workload, spec.workdir)
     if spec.workload is not None:
-        from orchestrator.planning.profile import measure
+        from orchestrator.estimate.profile import measure
 
         return measure(spec.workload)
     if spec.reference is not None:

@@ -16,7 +16,7 @@ from pydantic_core import ErrorDetails
 
 from infra.catalog import canonical_gpu, gpu_names
 from orchestrator.errors import SpecError
-from orchestrator.planning.workload import Workload
+from orchestrator.estimate.workload import Workload
 
 CLOUDS = BACKEND_NAMES
 _CLUSTER = re.compile(r"^cluster:[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a team's Ray cluster named in config.yaml
@@ -381,7 +381,7 @@ def apply_overrides(spec: JobSpec, where: str, *, max_cost=None, deadline=None) 
 
         check_workdir(spec.workdir, where)
     if spec.workload is not None and isinstance(spec.workload.hf, str):  # read now: the cluster has no such file
-        from orchestrator.planning.hf_workload import resolve_config
+        from orchestrator.estimate.hf_workload import resolve_config
 
         config = resolve_config(spec.workload.hf, Path(where).parent, where)
         spec = spec.model_copy(update={"workload": spec.workload.model_copy(update={"hf": config})})

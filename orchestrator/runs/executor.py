@@ -56,7 +56,7 @@ def submit(spec: JobSpec, *, backend: str | None = None, detach: bool = False, s
 
 def _model_family(plan: Plan, spec: JobSpec) -> str:
     """The family the estimator keys its corrections by (the profile's), so that finished runs apply."""
-    from orchestrator.planning.profile import WorkloadProfile
+    from orchestrator.estimate.profile import WorkloadProfile
 
     family = plan.profile.model_family if isinstance(plan.profile, WorkloadProfile) else None
     if family and family != "unknown":

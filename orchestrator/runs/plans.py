@@ -10,7 +10,7 @@ from orchestrator.runs.context import job_record
 from orchestrator.state.db import Store
 
 if TYPE_CHECKING:
-    from orchestrator.planning.estimator import Estimate
+    from orchestrator.estimate.estimator import Estimate
     from orchestrator.planning.planner import Candidate, Plan
 
 

@@ -6,7 +6,8 @@ from dataclasses import asdict
 
 import pytest
 
-from orchestrator.planning import estimator, startup
+from orchestrator.estimate import estimator
+from orchestrator.planning import startup
 from tests.support.planning import LOCAL_CPU, synthetic
 
 pytestmark = pytest.mark.ray

@@ -17,7 +17,7 @@ from orchestrator.cli import plan as cli_plan
 from orchestrator.errors import SpecError
 from orchestrator.planning.isolated_profile import cached_in_workdir
 from orchestrator.planning.spec import load_job, parse_job
-from orchestrator.planning.workload import Workload
+from orchestrator.estimate.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "configs/examples/hf_text.yaml"
@@ -161,7 +161,7 @@ def _real_step_flops(model_class, config, ids):
 def test_params_and_flops_from_the_meta_model_match_an_instantiated_one_and_the_formula(hf, auto):
     import torch
     import transformers
-    from orchestrator.planning.profile import profile_now
+    from orchestrator.estimate.profile import profile_now
 
     w = tiny(hf)
     prof = profile_now(w, measure_local=False)
@@ -189,7 +189,7 @@ def test_params_and_flops_from_the_meta_model_match_an_instantiated_one_and_the_
 
 
 def test_the_local_step_is_timed_on_a_real_model(dlrun_home):
-    from orchestrator.planning.profile import cached_profile, measure, workload_hash
+    from orchestrator.estimate.profile import cached_profile, measure, workload_hash
 
     prof = measure(tiny())
     assert prof.local_step_seconds["cpu"] > 0 and prof.note == ""
@@ -199,7 +199,7 @@ def test_the_local_step_is_timed_on_a_real_model(dlrun_home):
 
 
 def test_an_unknown_model_type_or_a_rejected_config_is_one_line():
-    from orchestrator.planning.profile import profile_now
+    from orchestrator.estimate.profile import profile_now
 
     cases = [({"model_type": "no-such-arch"}, "workload.hf: unknown model_type 'no-such-arch' for the installed "
                                                "transformers; check the config (e.g. bert, gpt2, llama) or upgrade"),
@@ -213,7 +213,7 @@ def test_an_unknown_model_type_or_a_rejected_config_is_one_line():
 
 
 def test_without_transformers_the_profile_says_what_to_install(monkeypatch):
-    from orchestrator.planning.profile import profile_now
+    from orchestrator.estimate.profile import profile_now
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # what `import transformers` meets when not installed
     with pytest.raises(SpecError) as e:

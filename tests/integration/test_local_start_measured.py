@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from orchestrator.planning import estimator, startup
+from orchestrator.estimate import estimator
+from orchestrator.planning import startup
 from tests.support.planning import LOCAL_CPU, synthetic
 
 

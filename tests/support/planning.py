@@ -3,7 +3,7 @@ catalog and a profile that fits most of it."""
 import yaml
 
 from infra.catalog import Offer, load_offers
-from orchestrator.planning.profile import OpCost, WorkloadProfile
+from orchestrator.estimate.profile import OpCost, WorkloadProfile
 from orchestrator.planning.spec import parse_job
 
 

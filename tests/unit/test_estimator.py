@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from orchestrator.planning import estimator, profile
+from orchestrator.estimate import estimator, profile
 from infra.catalog import Offer, load_offers
 from orchestrator.planning.spec import Workload
 from orchestrator.state.db import Store

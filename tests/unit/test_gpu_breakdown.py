@@ -7,7 +7,7 @@ import torch.nn as nn
 
 from bench import gpu_breakdown
 from infra.catalog import gpu_spec
-from orchestrator.planning import gpu_time, kernel_times, profile
+from orchestrator.estimate import gpu_time, kernel_times, profile
 from orchestrator.planning.spec import Workload
 
 

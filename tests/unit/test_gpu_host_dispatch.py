@@ -6,9 +6,9 @@ import pytest
 
 from bench import calibrate_gpu
 from infra.catalog import CATALOG_DIR, gpu_spec
-from orchestrator.planning import gpu_calibration, gpu_time, profile
+from orchestrator.estimate import gpu_calibration, gpu_time, profile
 from orchestrator.planning.spec import Workload
-from orchestrator.planning.step_ops import OpCost
+from orchestrator.estimate.step_ops import OpCost
 
 
 def test_each_class_cost_is_solved_from_chains_that_mix_classes():

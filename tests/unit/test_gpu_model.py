@@ -4,7 +4,7 @@ import math
 import pytest
 
 from infra.catalog import Offer, gpu_spec
-from orchestrator.planning import estimator, gpu_calibration, gpu_time, kernels, profile
+from orchestrator.estimate import estimator, gpu_calibration, gpu_time, kernels, profile
 from orchestrator.planning.spec import Workload
 
 SEQ = 16

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from orchestrator.planning import estimator, startup
+from orchestrator.estimate import estimator
+from orchestrator.planning import startup
 from orchestrator.state.db import Store
 from orchestrator.states import JobStatus
 from tests.support.planning import LOCAL_CPU, synthetic

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from orchestrator.planning import planner
 from infra.catalog import canonical_gpu, sold_markets
 from infra.software import retirement
-from orchestrator.planning.estimator import estimate
+from orchestrator.estimate.estimator import estimate
 from orchestrator.planning.spec import parse_job
 from infra.storage import node_scheme
 from tests.support.planning import CATALOG, LOCAL_CPU, PROFILE

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from orchestrator.planning import profile
+from orchestrator.estimate import profile
 from orchestrator.planning.probe import cpu_probe
 from orchestrator.planning.spec import Workload
 from tests.support.models import HIDDEN, IN, OUT

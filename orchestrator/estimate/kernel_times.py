@@ -12,7 +12,7 @@ import os
 import sys
 from contextlib import contextmanager
 
-from orchestrator.planning import kernels
+from orchestrator.estimate import kernels
 
 
 def kind_of_event(name: str) -> str | None:

@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass
 
 from infra.catalog import GpuSpec
-from orchestrator.planning import kernels
-from orchestrator.planning.step_ops import SYNC_OP
-from orchestrator.planning.gpu_calibration import (HOST_STEP_SECONDS, HOST_WEIGHTS, MIN_KERNEL_SECONDS, Fit,
+from orchestrator.estimate import kernels
+from orchestrator.estimate.step_ops import SYNC_OP
+from orchestrator.estimate.gpu_calibration import (HOST_STEP_SECONDS, HOST_WEIGHTS, MIN_KERNEL_SECONDS, Fit,
                                                    GpuCalibration, calibration_for, host_unit_seconds)
 
 SYNC_SECONDS = 15e-6  # the host waiting on the GPU and starting again

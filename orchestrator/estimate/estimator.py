@@ -17,7 +17,7 @@ from infra import kind, runs_here
 from infra.catalog import GpuSpec, Offer, gpu_spec
 from orchestrator.planning.data_inputs import transfer_seconds
 from orchestrator.planning.image_check import pull_seconds
-from orchestrator.planning.history import (History, correction_for, fit_terms, history_from_store, runs_behind,
+from orchestrator.estimate.history import (History, correction_for, fit_terms, history_from_store, runs_behind,
                                            startup_correction_for)
 
 __all__ = ["Estimate", "History", "estimate", "estimate_on_gpu", "fit_terms", "gpu_step", "history_from_store"]
@@ -106,7 +106,7 @@ def _roofline(profile, flops_per_s: float, bytes_per_s: float, launch_s: float, 
 
 def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1):
     """The step on `gpu` (gpu_time.StepTime: seconds, sigma, basis), memoised on the profile."""
-    from orchestrator.planning.gpu_time import gpu_step as price
+    from orchestrator.estimate.gpu_time import gpu_step as price
 
     cache = profile.__dict__.setdefault("_gpu_cache", {})
     key = (gpu.name, gpus_per_node, num_nodes)

@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from infra.catalog import GpuSpec, _dir, gpu_spec
-from orchestrator.planning import kernels
+from orchestrator.estimate import kernels
 
 # A single op timed with CUDA events includes part of its launch (the host enqueues it while the event runs):
 # on the H200 a 2048³ bf16 GEMM times 27 us where 0.8 of peak takes 22, and a chain of tiny adds runs 7.6 us

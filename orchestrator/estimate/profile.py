@@ -17,7 +17,7 @@ from pathlib import Path
 
 from orchestrator.errors import SpecError
 from orchestrator.paths import profiles_dir
-from orchestrator.planning.step_ops import SYNC_OP, OpCost
+from orchestrator.estimate.step_ops import SYNC_OP, OpCost
 
 __all__ = ["OpCost", "SYNC_OP", "WorkloadProfile", "measure", "profile_now", "cached_profile"]
 
@@ -130,7 +130,7 @@ def _profile_now(workload, measure_local: bool) -> WorkloadProfile:
     prof = _static_profile(workload)
     if measure_local:
         _measure_on_local_gpu(workload, prof)
-        from orchestrator.planning.estimator import cpu_roofline_step_seconds
+        from orchestrator.estimate.estimator import cpu_roofline_step_seconds
         from orchestrator.planning.probe import cpu_probe
 
         small = prof.state_bytes + prof.activation_bytes <= MAX_LOCAL_MEASURE_BYTES
@@ -172,7 +172,7 @@ def build_model(workload, device: str = "cpu"):
     import torch
 
     if workload.hf is not None:
-        from orchestrator.planning.hf_workload import build_training_model, resolve_config
+        from orchestrator.estimate.hf_workload import build_training_model, resolve_config
 
         config = resolve_config(workload.hf, Path.cwd(), "workload")  # a str only where no job file was read
         with torch.device(device):
@@ -250,7 +250,7 @@ def _static_profile(workload) -> WorkloadProfile:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from orchestrator.planning.step_ops import StepRecorder, fuse_rnns, fused_attention, grad_scaler_ops, to_fake_cpu
+    from orchestrator.estimate.step_ops import StepRecorder, fuse_rnns, fused_attention, grad_scaler_ops, to_fake_cpu
 
     tf32, memory_format, impl = workload.math
     half = workload.precision if workload.precision != "fp32" else None
@@ -333,7 +333,7 @@ def measure_local_kinds(workload, device: str = "cuda", warmup_steps: int = 3, s
     time on a GPU, the ops' CPU time on a CPU)."""
     import torch
 
-    from orchestrator.planning.kernel_times import step_time_by_kind
+    from orchestrator.estimate.kernel_times import step_time_by_kind
 
     tf32_before = torch.backends.cuda.matmul.allow_tf32
     try:

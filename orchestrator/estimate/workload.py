@@ -78,7 +78,7 @@ class Workload(BaseModel):
         """The model as the user named it: the factory, or hf:NAME."""
         if self.model is not None:
             return self.model
-        from orchestrator.planning.hf_workload import config_name
+        from orchestrator.estimate.hf_workload import config_name
 
         assert self.hf is not None  # _one_model: either model or hf
         return f"hf:{config_name(self.hf)}"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from orchestrator.planning import kernels
+from orchestrator.estimate import kernels
 
 
 @dataclass
@@ -166,7 +166,7 @@ def _conv_layout(x, weight, groups: int) -> str:
     each group one channel (depthwise: cuDNN's are memory-bound kernels of their own)."""
     import torch
 
-    from orchestrator.planning.gpu_calibration import conv_layout
+    from orchestrator.estimate.gpu_calibration import conv_layout
 
     def nhwc(t) -> bool:
         return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
@@ -179,7 +179,7 @@ def _conv_layout(x, weight, groups: int) -> str:
 
 def _conv_width(weight, groups: int) -> int:
     """The narrower side of a convolution's implicit GEMM (gpu_calibration.conv_width)."""
-    from orchestrator.planning.gpu_calibration import conv_width
+    from orchestrator.estimate.gpu_calibration import conv_width
 
     taps = 1
     for d in weight.shape[2:]:
