@@ -51,8 +51,10 @@ def _libraries_imported():
     """Libraries whose import leaves the process once, imported before the guard is up (as by any dlrun command
     that needs them): croniter (dlrun's cron) asks platform.architecture(), which runs `file` on the
     interpreter (croniter/croniter.py, is_32bit); urllib3 (under requests, boto3 and Ray's job SDK) binds a
-    socket to ::1 to learn whether IPv6 works (urllib3/util/connection.py, HAS_IPV6)."""
-    for name in ("croniter", "urllib3"):
+    socket to ::1 to learn whether IPv6 works (urllib3/util/connection.py, HAS_IPV6); matplotlib's font manager
+    (under `dlrun plan --plot`) runs `fc-list` to build its font cache the first time it is imported on a machine
+    (matplotlib/font_manager.py, _get_fontconfig_fonts): on a fresh CI machine the first plot test failed for it."""
+    for name in ("croniter", "urllib3", "matplotlib.font_manager"):
         importlib.import_module(name)
 
 
