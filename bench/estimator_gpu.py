@@ -7,10 +7,12 @@ for the GPU of the table this one is. Printed per model: measured, predicted, th
 measured step lies in the predicted range; then the geometric-mean error (exp of the mean |log ratio|) and
 the worst, for the models the calibration was checked against (`seen`) and the others (`held out`).
 
-Without CUDA it prints the predictions for --gpu (default H200) and says so.
+Without CUDA it prints the predictions for --gpu (default H200) and says so. With `--measured DIR` (a device run's
+$OUT, e.g. ../shared/calibration/h200_device_run_2026-11-28) it takes each model's measured step from that run's
+estimator_gpu.txt and prints the same table without a GPU: CI-time changes to the model checked against a real GPU.
 
     python bench/estimator_gpu.py [--gpu NAME] [--only NAME,...] [--steps 20] [--budget-seconds 400]
-                                  [--breakdown FILE] [--local-check]
+                                  [--breakdown FILE] [--local-check] [--measured DIR]
 """
 from __future__ import annotations
 
@@ -104,6 +106,20 @@ def measure(step, steps: int) -> float:
     return statistics.median(step() for _ in range(steps))
 
 
+def recorded_steps(run_dir: Path) -> tuple[str, dict[str, float]]:
+    """(the GPU it ran on, model -> measured step seconds) from a device run's estimator_gpu.txt."""
+    text = (run_dir / "estimator_gpu.txt").read_text()
+    gpu_line = (run_dir / "gpu.txt").read_text().splitlines()[-1] if (run_dir / "gpu.txt").exists() else ""
+    measured = {}
+    names = sorted((n for n, _, _ in SUITE), key=len, reverse=True)
+    for line in text.splitlines():
+        name = next((n for n in names if line.startswith(n + " ")), None)
+        fields = line[len(name):].split() if name else []
+        if fields and fields[0].endswith("ms"):
+            measured[name] = float(fields[0].removesuffix("ms")) * 1e-3
+    return gpu_line.split(",")[0].strip(), measured
+
+
 def predict(workload, gpu: str):
     from infra.catalog import gpu_spec
     from orchestrator.estimate.estimator import gpu_step, range_factor
@@ -132,6 +148,18 @@ def local_check(workload, others=("H100", "A100", "L4")) -> None:
               f"{alone.step_seconds * 1e3:.2f} ms")
 
 
+def local_gpu_name_of(device_name: str) -> str | None:
+    """The GPU of the table an nvidia-smi name is ('NVIDIA H200' -> 'H200')."""
+    from infra.catalog import gpu_spec
+
+    words = device_name.replace("NVIDIA", "").split()
+    for n in range(len(words), 0, -1):
+        spec = gpu_spec("".join(words[:n]))
+        if spec is not None:
+            return spec.name
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", help="the GPU of the table to predict for (default: this machine's, else H200)")
@@ -140,6 +168,7 @@ def main() -> None:
     ap.add_argument("--budget-seconds", type=float, default=400, help="stop measuring new models after this")
     ap.add_argument("--local-check", action="store_true",
                     help="also time the first model of the suite as dlrun's profile does and scale it per class")
+    ap.add_argument("--measured", type=Path, help="a device run's output folder: its measured steps, no GPU needed")
     ap.add_argument("--breakdown", type=Path, help="write per kernel class measured vs predicted ms (torch.profiler) "
                                                    "and each model's top ops to this CSV")
     args = ap.parse_args()
@@ -150,10 +179,16 @@ def main() -> None:
     from infra.local.gpus import local_gpu_name
     from orchestrator.estimate.workload import Workload
 
-    cuda = torch.cuda.is_available()
-    gpu = args.gpu or (local_gpu_name() if cuda else None) or "H200"
-    where = (f"measured on this machine's {torch.cuda.get_device_name()}" if cuda
-             else "no CUDA GPU here: predictions only")
+    recorded: dict[str, float] = {}
+    if args.measured:
+        ran_on, recorded = recorded_steps(args.measured)
+        cuda, gpu = False, args.gpu or local_gpu_name_of(ran_on) or "H200"
+        where = f"measured on an {ran_on or gpu}, recorded in {args.measured}"
+    else:
+        cuda = torch.cuda.is_available()
+        gpu = args.gpu or (local_gpu_name() if cuda else None) or "H200"
+        where = (f"measured on this machine's {torch.cuda.get_device_name()}" if cuda
+                 else "no CUDA GPU here: predictions only")
     print(f"# estimator_gpu: predicted for {gpu}; {where}; torch {torch.__version__}")
     print(f"{'model':34s} {'measured':>10s} {'predicted':>10s} {'range':>19s} {'ratio':>6s}  in range  set")
     started, ratios, breakdown = time.perf_counter(), {True: [], False: []}, []
@@ -163,8 +198,8 @@ def main() -> None:
             continue
         workload = Workload(**fields)
         predicted, low, high = predict(workload, gpu)
-        pred, meas = predicted.seconds, None
-        if cuda and time.perf_counter() - started < args.budget_seconds:
+        pred, meas = predicted.seconds, recorded.get(name)
+        if meas is None and cuda and time.perf_counter() - started < args.budget_seconds:
             try:
                 step = training_step(workload)
                 meas = measure(step, args.steps)
