@@ -23,3 +23,14 @@ def tracked_codes() -> dict[str, tuple[str, str]]:
         out[b.spot] = (f"All {b.name} Spot Instance Requests", "spot")
     out[quotas.P5_SPOT] = ("All P5 Spot Instance Requests", "spot")
     return out
+
+
+GPU_BUCKETS = ("G and VT", "P")  # the buckets of the families with NVIDIA GPUs (g4dn ... g6e, p3 ... p5)
+
+
+def gpu_codes() -> frozenset[str]:
+    """The codes of the vCPU quotas GPU instances draw on (on-demand and spot)."""
+    from infra.aws import quotas
+
+    codes = {c for b in quotas.BUCKETS if b.name in GPU_BUCKETS for c in (b.on_demand, b.spot)}
+    return frozenset(codes | {quotas.P5_SPOT})

@@ -17,64 +17,25 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 
 from infra.refresh.answers import BillingError, ShapeError, UnreadableAnswer
 from infra.refresh.bounds import MAX_ATTEMPTS, Deadline, boto_config, bound_client, call_timeouts, gcp_retry
+from infra.refresh.logins import aws_login, gcp_emulated, gcp_login, gcp_project
+
+__all__ = ["AwsClients", "GcpClients", "aws_credentials_configured", "gcp_credentials_configured", "gcp_emulated",
+           "gcp_project"]
 
 PRICING_REGIONS = ("us-east-1", "eu-central-1", "ap-south-1")
 
 
 def aws_credentials_configured() -> str | None:
-    """None when AWS credentials are configured somewhere boto3 looks without a network call, else why not."""
-    env = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
-           "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI")
-    if any(os.environ.get(v) for v in env):
-        return None
-    files = [os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials",
-             os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config"]
-    if any(Path(f).expanduser().is_file() for f in files):
-        return None
-    return "no AWS credentials found (AWS_PROFILE, AWS_ACCESS_KEY_ID or ~/.aws)"
-
-
-def gcp_project() -> str | None:
-    project = os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT")
-    if project:
-        return project
-    adc = _adc_file()
-    if adc is not None:
-        import json
-
-        try:
-            data = json.loads(adc.read_text())
-            return data.get("quota_project_id") or data.get("project_id")
-        except (OSError, ValueError):
-            return None
-    return None
-
-
-def _adc_file() -> Path | None:
-    explicit = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("CLOUDSDK_CONFIG") or "~/.config/gcloud"
-    p = Path(base).expanduser() / "application_default_credentials.json"
-    return p if p.is_file() else None
-
-
-def gcp_emulated() -> bool:
-    """DLRUN_GCP_EMULATOR=1: the endpoints DLRUN_GCP_API_ENDPOINT / _BILLING_ENDPOINT name are emulators, called
-    without credentials; otherwise they are Google's APIs elsewhere and get the user's credentials."""
-    return os.environ.get("DLRUN_GCP_EMULATOR", "").lower() in ("1", "on", "yes", "true")
+    """None when AWS credentials are configured somewhere boto3 looks without a network call, else why not
+    and what fixes it (infra/refresh/logins.py)."""
+    return aws_login().problem
 
 
 def gcp_credentials_configured() -> str | None:
-    if not (gcp_emulated() or _adc_file()):
-        return "no GCP application default credentials (gcloud auth application-default login)"
-    if not gcp_project():
-        return "no GCP project configured (set GOOGLE_CLOUD_PROJECT)"
-    return None
+    return gcp_login().problem
 
 
 _loader = None  # botocore's parsed service models, shared by every session (static data; a client is ~10x faster)

@@ -83,6 +83,20 @@ def raise_hint(cloud: str) -> str:
     return "request an increase under IAM & Admin > Quotas (or `gcloud alpha services quota update`)"
 
 
+def short_label(q: Quota) -> str:
+    """A quota in a few words, for a narrow screen (its market said apart): AWS's "Running On-Demand G and VT
+    instances" -> "G and VT", "All P5 Spot Instance Requests" -> "P5"; GCP's NVIDIA_T4_GPUS and
+    PREEMPTIBLE_NVIDIA_T4_GPUS -> "T4", GPUS_ALL_REGIONS -> "all GPUs"."""
+    if q.cloud == "aws":
+        name = q.name.removeprefix("Running On-Demand ").removeprefix("All ")
+        name = name.removesuffix(" instances").removesuffix(" Spot Instance Requests")
+        return "P" if name == "P4, P3 and P2" else name
+    if q.code.endswith("_ALL_REGIONS"):
+        return "all " + q.code.removesuffix("_ALL_REGIONS").replace("CPUS", "CPUs").replace("GPUS", "GPUs")
+    code = q.code.removeprefix("PREEMPTIBLE_").removeprefix("NVIDIA_").removesuffix("_GPUS")
+    return code.replace("_", "-")
+
+
 @dataclass
 class QuotaBook:
     """Quotas read per (cloud, region), and why a cloud's were not read at all."""

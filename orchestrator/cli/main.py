@@ -29,6 +29,8 @@ LAZY_COMMANDS = {
                     "Per job and per day: backend, GPU, spot, preemptions, estimated vs actual hours and $."),
     "clusters": ("orchestrator.cli.clusters", "clusters",
                  "The team Ray clusters of config.yaml and what they have free now."),
+    "check": ("orchestrator.cli.check", "check_command",
+              "Which backends can run a job: credentials, account, regions, GPU quotas; what fixes the rest."),
     "dashboard": ("orchestrator.cli.report", "dashboard",
                   "The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head)."),
 }
