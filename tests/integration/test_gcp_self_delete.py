@@ -152,7 +152,9 @@ def test_a3_high_with_fewer_than_8_gpus_is_spot_only(clouds):
     from infra.base import ProvisionError
     with pytest.raises(ProvisionError, match="does not sell a3-highgpu-1g on-demand"):
         p.launch(request("c-a3", the_offer=a3))
-    assert gce.requests == [] or all(m == "GET" for m, _, _ in gce.requests)
+    assert [(m, path) for m, path, _ in gce.requests if m != "GET"] == []  # refused before anything was made
+    p.launch(request("c-a3", the_offer=a3, spot=True))  # as spot it is made: the fake records what is sent
+    assert any(m == "POST" and path.endswith("/instances") for m, path, _ in gce.requests), gce.requests
 
 
 def test_the_node_calls_googles_endpoint_or_the_configured_one():
@@ -171,4 +173,5 @@ def test_a_relaunch_that_finds_a_half_made_cluster_still_grants_its_nodes(clouds
     for node in cluster.nodes:
         gce.iam_policies.pop(("instances", cluster.zone, node.node_id))  # as if the first launch died before
     provider_for(gce).launch(request("c-half", nodes=2))
+    assert len(cluster.nodes) == 2
     assert all(("instances", cluster.zone, n.node_id) in gce.iam_policies for n in cluster.nodes)

@@ -15,9 +15,11 @@ EXAMPLE = ROOT / "configs/examples/digits_cnn.yaml"
 
 
 def test_examples_load():
-    for p in (ROOT / "configs/examples").glob("*.yaml"):
+    examples = sorted((ROOT / "configs/examples").glob("**/*.yaml"))
+    assert len(examples) >= 5 and EXAMPLE in examples, examples  # the glob finds the examples (a moved folder fails)
+    for p in examples:
         spec = load_job(p)
-        assert spec.name and (spec.job or spec.run)
+        assert spec.name and (spec.job or spec.run), p
 
 
 def test_cli_override_wins():
