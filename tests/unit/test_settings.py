@@ -1,5 +1,5 @@
 """The settings table (orchestrator/settings.py) against the source that reads the settings, against
-README's settings section, and its typed readers."""
+the settings page (docs/settings.md), and its typed readers."""
 from __future__ import annotations
 
 import re
@@ -23,8 +23,8 @@ NOT_SETTINGS = {
     "DLRUN_GET_UV": "a heredoc delimiter in the boot script",
     "DLRUN_WATCHDOG": "a heredoc delimiter in the boot script",
     "DLRUN_GCE_SELF_DELETE": "a heredoc delimiter in the GCE self-delete script",
-    "DLRUN_LAB_CACHE": "read by the tests only (the VM lab's cache; README's lab section)",
-    "DLRUN_TEST_IMAGE": "read by the tests only (the real local-runtime test; README's lab section)",
+    "DLRUN_LAB_CACHE": "read by the tests only (the VM lab's cache; docs/lab.md)",
+    "DLRUN_TEST_IMAGE": "read by the tests only (the real local-runtime test; docs/lab.md)",
 }
 # variables read by name that are the process's, not settings: passed on to children or part of a cache key
 PROCESS_WIDE = {"PATH", "PYTHONPATH", "OMP_NUM_THREADS"}
@@ -47,8 +47,13 @@ def names_in(files: list[Path], pattern: re.Pattern) -> dict[str, str]:
     return found
 
 
-def readme() -> str:
-    return (ROOT / "README.md").read_text()
+def settings_page() -> str:
+    return (ROOT / "docs" / "settings.md").read_text()
+
+
+def every_page() -> str:
+    """README and every page under docs/."""
+    return "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 
 
 def test_every_dlrun_name_in_the_source_has_a_row():
@@ -70,17 +75,17 @@ def test_every_dlrun_row_is_read_where_it_says():
     assert stale == []
 
 
-def test_readme_settings_section_is_the_table():
-    """Every row, with its default, is in README as the table says (regenerate:
-    `python -m orchestrator.settings README.md`)."""
-    assert settings.readme_block() in readme()
+def test_the_settings_page_is_the_table():
+    """Every row, with its default, is on docs/settings.md as the table says (regenerate:
+    `python -m orchestrator.settings docs/settings.md`)."""
+    assert settings.readme_block() in settings_page()
     for s in SETTINGS:
-        line = next(line for line in readme().splitlines() if line.startswith(f"| `{s.name}` |"))
+        line = next(line for line in settings_page().splitlines() if line.startswith(f"| `{s.name}` |"))
         assert (f"`{s.default}`" if s.default is not None else "—") in line, line
 
 
-def test_every_dlrun_name_readme_mentions_has_a_row():
-    mentioned = set(DLRUN_NAME.findall(readme()))
+def test_every_dlrun_name_the_docs_mention_has_a_row():
+    mentioned = set(DLRUN_NAME.findall(every_page()))
     assert sorted(mentioned - set(BY_NAME) - set(NOT_SETTINGS)) == []
 
 
