@@ -1,3 +1,4 @@
+import collections
 import os
 import re
 
@@ -13,7 +14,9 @@ for var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SE
 # A test that cannot run for want of a system package says so in its skip reason with the command that
 # installs it, "apt-get install [-y] PKG ...", the packages last or followed by ';', ')' or ','; a test that
 # needs root says "needs root". After the run, one line each counts them and says what to do: among a few
-# hundred `-ra` lines a newcomer would not see that the emulated-VM half was not tested.
+# hundred `-ra` lines a newcomer would not see that the emulated-VM half was not tested. Every other skip is
+# counted too, one line per reason (a lab whose mirror was "unreachable", a runtime that does not work here):
+# no skip passes unnoticed.
 APT_INSTALL = re.compile(r"apt-get install (?:-y )?([a-z0-9][a-z0-9.+-]*(?: [a-z0-9][a-z0-9.+-]*)*)")
 
 
@@ -22,9 +25,38 @@ def skip_reason(report) -> str:
     return longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
 
 
+# The time by cost tier (the marks the tier folders' conftest.py set): setup, call and teardown of each test summed,
+# printed at the end of every run, so `make test` shows where its minutes go without --durations.
+TIERS = ("unit", "integration", "e2e")
+
+
+def tier_times(stats: dict) -> dict[str, tuple[float, int]]:
+    """{tier: (seconds, tests)} from the terminal reporter's reports (every phase of every test is kept there)."""
+    seconds: dict[str, float] = {}
+    tests: dict[str, set[str]] = {}
+    for reports in stats.values():
+        for report in reports:
+            if not isinstance(report, pytest.TestReport):
+                continue
+            tier = next((t for t in TIERS if t in report.keywords), "unmarked")
+            seconds[tier] = seconds.get(tier, 0.0) + report.duration
+            tests.setdefault(tier, set()).add(report.nodeid)
+    return {t: (seconds[t], len(tests[t])) for t in (*TIERS, "unmarked") if t in seconds}
+
+
+def tier_line(times: dict[str, tuple[float, int]]) -> str:
+    def clock(s: float) -> str:
+        return f"{s:.1f} s" if s < 60 else f"{int(s // 60)}:{int(s % 60):02d}"
+    return "time by tier: " + ", ".join(f"{tier} {clock(s)} ({n} test{'s' if n != 1 else ''})"
+                                        for tier, (s, n) in times.items())
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # the outermost wrapper: after the `-ra` list, last but the totals
 def pytest_terminal_summary(terminalreporter):
     result = yield
+    times = tier_times(terminalreporter.stats)
+    if times:
+        terminalreporter.write_line(tier_line(times), bold=True)
     reasons = [skip_reason(r) for r in terminalreporter.stats.get("skipped", [])]
     packages: dict[str, None] = {}
     for_packages = 0
@@ -43,6 +75,14 @@ def pytest_terminal_summary(terminalreporter):
     if for_root:
         terminalreporter.write_line(f"{for_root} test{'s' if for_root > 1 else ''} skipped for lack of root "
                                     "(the emulated-VM lab): run `sudo make test`", yellow=True, bold=True)
+    others = collections.Counter(reason.removeprefix("Skipped: ") for reason in reasons
+                                 if not APT_INSTALL.search(reason) and "needs root" not in reason)
+    if others:
+        count = sum(others.values())
+        terminalreporter.write_line(f"{count} test{'s' if count > 1 else ''} skipped for another reason:",
+                                    yellow=True, bold=True)
+        for reason, n in others.most_common():
+            terminalreporter.write_line(f"  {n} x {reason}", yellow=True)
     return result
 
 
