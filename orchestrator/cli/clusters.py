@@ -37,8 +37,8 @@ def clusters():
 
     found = load_settings().clusters
     if not found:
-        click.echo(f"no team clusters: add one under clusters: in {config_path()} (see the README, "
-                   "\"Your team's Ray cluster\")")
+        click.echo(f"no team clusters: add one under clusters: in {config_path()} (see "
+                   "docs/clusters.md)")
         return
     for settings in found.values():
         click.echo("\n".join(cluster_lines(settings)))
