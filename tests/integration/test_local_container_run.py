@@ -1,6 +1,7 @@
 """A local job's command in its image: the entrypoint dlrun submits, infra/images/run_job.py run as the Ray
-job runs it (a stand-in podman on PATH, tests/support/container_runtime.py), and, where podman or docker
-really works here, a real container."""
+job runs it (a stand-in podman on PATH, tests/support/container_runtime.py), and a real container: podman
+(Debian's, which .ci/run installs) configured for this machine, running the lab's Debian root imported as a
+local image (tests/support/container_runtime.py real_runtime, lab_python_image)."""
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 
 from orchestrator.planning.spec import parse_job
 from orchestrator.runs.entrypoint import entrypoint, runtime_env
-from tests.support.container_runtime import calls, fake_podman, working_runtime
+from tests.support.container_runtime import calls, fake_podman, lab_python_image, real_runtime
 
 IMAGE = "registry.example:5000/team/train:1.0"
 
@@ -83,18 +84,19 @@ def test_an_image_without_python_is_refused_with_the_reason(tmp_path):
     assert len(calls(tmp_path / "bin")) == 1  # the job itself never started
 
 
-def test_a_real_container_runs_the_command_when_a_runtime_works_here(tmp_path):
-    runtime, why = working_runtime()
+def test_a_real_container_runs_the_command_in_the_image_with_the_workdir_and_variables(tmp_path):
+    runtime, env, why = real_runtime(tmp_path / "runtime")
     if runtime is None:
         pytest.skip(why)
-    image = os.environ.get("DLRUN_TEST_IMAGE")
-    if not image:
-        pytest.skip("no test image: set DLRUN_TEST_IMAGE to a local image with python3 (this machine reaches no "
-                    "public registry)")
+    image = os.environ.get("DLRUN_TEST_IMAGE") or lab_python_image(runtime, env)  # a user's own image, if named
     work = tmp_path / "work"
     work.mkdir()
+    # in the image, not on the host: its own PID namespace (the command is PID 1), no podman inside, the host's
+    # working directory mounted at its own path, the job's variables by name, and python3 (checked first)
+    script = ('echo "in-image pid=$$ job=$DLRUN_JOB_ID seed=$SEED" > out.txt; '
+              'command -v podman >/dev/null && echo podman-inside >> out.txt; python3 -c "print(6 * 7)" >> out.txt')
     proc = subprocess.run([sys.executable, "-m", "infra.images.run_job", "--runtime", runtime, "--image", image,
-                           "--", "sh", "-c", "echo in-image > out.txt"], cwd=work, capture_output=True, text=True,
-                          env={**os.environ, "DLRUN_JOB_ID": "real"}, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert (work / "out.txt").read_text().strip() == "in-image"
+                           "--env", "SEED", "--", "sh", "-c", script], cwd=work, capture_output=True, text=True,
+                          env={**env, "DLRUN_JOB_ID": "real", "SEED": "3"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (work / "out.txt").read_text().splitlines() == ["in-image pid=1 job=real seed=3", "42"]
