@@ -13,7 +13,7 @@ import pytest
 
 from infra.base import BootstrapConfig
 from infra.vm.bootstrap import JOIN_RETRY_S, REJOIN_ATTEMPTS, UV_VERSION, WATCHDOG, startup_script
-from tests.support.boot_stubs import node, uv_calls  # noqa: F401 (fixture)
+from tests.support.boot_stubs import NODE_DIR_ANCHOR, node, uv_calls  # noqa: F401 (fixture)
 
 CFG = BootstrapConfig(ray_version="2.60.0", python_packages=["einops==0.8.0"])
 
@@ -325,3 +325,14 @@ def test_get_uv_checks_the_downloaded_file_against_the_pin_and_extracts_the_bina
     ok = _get_uv(f"{url}/simple/", tmp_path / "bin", "x86_64", "9", pin)
     assert ok.returncode == 0 and ok.stdout == "", ok.stdout + ok.stderr
     assert subprocess.run([tmp_path / "bin" / "uv"], capture_output=True, text=True).stdout == "uv 9\n"
+
+
+def test_the_stand_in_node_refuses_a_script_whose_node_directory_line_changed(node, tmp_path):
+    """The `node` stand-in moves the script's node directory to the test's own (tests/support/boot_stubs.py): a
+    script that no longer names it so fails the test before bash runs it, not a write to the host's /var/lib/dlrun."""
+    script = startup_script(CFG, is_head=True)
+    assert NODE_DIR_ANCHOR in script  # today's script: the stand-in can move it
+    changed = script.replace(NODE_DIR_ANCHOR, '"${DLRUN_NODE_DIR:-/var/lib/dlrun-node}"')
+    with pytest.raises(pytest.fail.Exception, match="no longer names its node directory"):
+        node(changed)
+    assert not (tmp_path / "boot.sh").exists()  # never run

@@ -61,6 +61,20 @@ def uv_calls(calls: list[str], what: str = "pip install") -> list[list[str]]:
     return [shlex.split(c.split(" [index=")[0]) for c in calls if c.startswith(f"uv {what}")]
 
 
+NODE_DIR_ANCHOR = '"${DLRUN_NODE_DIR:-/var/lib/dlrun}"'  # where infra/vm/bootstrap.py's script keeps the node's files
+
+
+def node_dir_in(script: str, node_dir) -> str:
+    """The start-up script with its node directory moved to `node_dir`; fails the test, loudly, when the script no
+    longer names it as NODE_DIR_ANCHOR: a replacement that did nothing would let a root test write to the host's
+    /var/lib/dlrun."""
+    if NODE_DIR_ANCHOR not in script:
+        pytest.fail(f"the start-up script no longer names its node directory as {NODE_DIR_ANCHOR} "
+                    "(infra/vm/bootstrap.py changed it): update tests/support/boot_stubs.py NODE_DIR_ANCHOR "
+                    "so the test runs in its own directory, not the host's /var/lib/dlrun", pytrace=False)
+    return script.replace(NODE_DIR_ANCHOR, shlex.quote(str(node_dir)))
+
+
 @pytest.fixture
 def node(tmp_path):
     """Run a start-up script under `env -i`; returns (returncode, calls, node dir, output)."""
@@ -90,7 +104,7 @@ def node(tmp_path):
                 (tmp_path / name).write_text(value)
             else:
                 (tmp_path / name).unlink(missing_ok=True)
-        script = script.replace('"${DLRUN_NODE_DIR:-/var/lib/dlrun}"', shlex.quote(str(tmp_path / "node")))
+        script = node_dir_in(script, tmp_path / "node")
         path = tmp_path / "boot.sh"
         path.write_text(script)
         proc = subprocess.run(["env", "-i", f"PATH={bin_dir}:/usr/bin:/bin", "bash", str(path)], cwd="/",
