@@ -18,15 +18,13 @@ from dataclasses import dataclass
 from infra.catalog import GpuSpec
 from orchestrator.estimate import kernels
 from orchestrator.estimate.step_ops import SYNC_OP
-from orchestrator.estimate.gpu_calibration import (HOST_STEP_SECONDS, HOST_WEIGHTS, MIN_KERNEL_SECONDS, Fit,
-                                                   GpuCalibration, calibration_for, host_unit_seconds)
+from orchestrator.estimate.gpu_calibration import MIN_KERNEL_SECONDS, Fit, GpuCalibration, calibration_for
+from orchestrator.estimate.host_time import REFERENCE_HOST, HostCpu, host_seconds, host_sigma, overlapped
 
 SYNC_SECONDS = 15e-6  # the host waiting on the GPU and starting again
 INTER_NODE_GBPS = 3.0  # effective all-reduce bandwidth between cloud nodes (GB/s)
 # what the microbenchmarks cannot see (data-dependent kernels, allocator, framework overhead): log-sigma
 MODEL_SIGMA = 0.10
-# a host-bound step rests on one measured host-bound step and per-op weights; hosts' CPUs differ: log-sigma
-HOST_SIGMA = 0.25
 
 
 @dataclass(frozen=True)
@@ -90,34 +88,8 @@ def kernel_seconds(op, gpu: GpuSpec, cal: GpuCalibration, tf32_matmul: bool, spl
     return fit.seconds(moved, launches, gpu.memory_bandwidth_gbps * 1e9), fit.sigma
 
 
-def host_op_cost(op, unit: float, measured: dict[tuple[str, str, str], float], autocast: bool) -> float:
-    """Host seconds of one call of `op`: its class's measured dispatch where the calibration has it (views then
-    cost nothing apart: the measurement includes them), else `unit` seconds × HOST_WEIGHTS by where it runs."""
-    if op.kind == "host":
-        return 0.0 if measured else unit * HOST_WEIGHTS["host"]
-    pass_ = {"forward": "fwd", "backward": "bwd"}.get(op.phase, "")
-    seconds = measured.get((op.kind, "bf16" if autocast else "fp32", pass_))
-    return seconds if seconds is not None else unit * HOST_WEIGHTS[op.phase or "backward"]
-
-
-def host_seconds(ops, unit: float, measured: dict[tuple[str, str, str], float] | None = None,
-                 autocast: bool = False) -> tuple[float, float]:
-    """(host dispatch before a sync, after it)."""
-    before, after, synced = 0.0, 0.0, False
-    order = ("forward", "backward", "optimizer")
-    for op in sorted(ops, key=lambda o: order.index(o.phase) if o.phase in order else 1):
-        if op.name == SYNC_OP:
-            synced = True
-            continue
-        cost = op.count * host_op_cost(op, unit, measured or {}, autocast)
-        if synced and op.phase == "optimizer":
-            after += cost
-        else:
-            before += cost
-    return before, after
-
-
-def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1) -> StepTime:
+def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1,
+             host: HostCpu = REFERENCE_HOST) -> StepTime:
     n = max(1, gpus_per_node * num_nodes)
     cal, basis = calibration_for(gpu)
     tf32 = bool(getattr(profile, "tf32", False))
@@ -134,19 +106,20 @@ def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1) 
         kind = op.kind or ("gemm" if op.flops > 0 else "elementwise")
         by_kind[kind] = by_kind.get(kind, 0.0) + seconds
         var += (seconds * sigma) ** 2
-    autocast = getattr(profile, "precision", "fp32") in ("bf16", "fp16")
-    host_before, host_after = host_seconds(profile.ops, host_unit_seconds(cal), cal.host_op_seconds, autocast)
-    if any(o.count for o in profile.ops):  # a reference profile has no ops to dispatch, no loop to model
-        host_before += HOST_STEP_SECONDS
-    step = max(gpu_before, host_before) + (max(gpu_after, host_after) + SYNC_SECONDS if has_sync else 0.0)
+    host_before, host_after = host_seconds(profile, cal, host)
+    step = overlapped(host_before, gpu_before) + (overlapped(host_after, gpu_after) + SYNC_SECONDS if has_sync else 0.0)
     step += SYNC_SECONDS + profile.batch_input_bytes / n / (gpu.host_link_gbps * 1e9)
     if n > 1:  # ring all-reduce of the gradients
         link = INTER_NODE_GBPS if num_nodes > 1 else gpu.host_link_gbps
         step += 2 * (n - 1) / n * profile.grad_bytes / (link * 1e9)
     gpu_total = gpu_before + gpu_after
     kernel_sigma = math.sqrt(var) / gpu_total if gpu_total > 0 else 0.0
-    if host_before + host_after > gpu_total:  # the host sets the pace
-        kernel_sigma = HOST_SIGMA
+    host_total = host_before + host_after
+    if host_total > gpu_total:  # the host sets the pace: its sigma, weighted by how far ahead it is
+        kernel_sigma = max(kernel_sigma, host_sigma(host) * min(1.0, (host_total - gpu_total) / gpu_total * 2)
+                           if gpu_total > 0 else host_sigma(host))
     sigma = math.sqrt(kernel_sigma ** 2 + MODEL_SIGMA ** 2)
-    return StepTime(seconds=step, sigma=sigma, gpu_seconds=gpu_total, host_seconds=host_before + host_after,
+    if host is not REFERENCE_HOST or host_total > gpu_total:
+        basis += f"; host: {host.name}" + (" (host-bound)" if host_total > gpu_total else "")
+    return StepTime(seconds=step, sigma=sigma, gpu_seconds=gpu_total, host_seconds=host_total,
                     by_kind=by_kind, basis=basis)

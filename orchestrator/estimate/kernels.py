@@ -20,7 +20,10 @@ ATTENTION_OPS = {"_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_pro
                  "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
                  "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
                  "_flash_attention_forward", "_flash_attention_backward", "_efficient_attention_forward",
-                 "_efficient_attention_backward"}
+                 "_efficient_attention_backward", "_cudnn_attention_forward", "_cudnn_attention_backward"}
+# cuDNN's fused RNN (and ROCm's): what a profiled CUDA step shows for nn.LSTM / nn.GRU / nn.RNN, forward and backward
+RNN_OPS = {"_cudnn_rnn", "_cudnn_rnn_backward", "miopen_rnn", "miopen_rnn_backward", "_thnn_fused_lstm_cell",
+           "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward"}
 NORM_OPS = {"native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
             "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training", "cudnn_batch_norm",
             "cudnn_batch_norm_backward", "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
@@ -63,6 +66,8 @@ def kind_of(op: str) -> KernelKind:
         return "conv"
     if op in ATTENTION_OPS:
         return "attention"
+    if op in RNN_OPS:
+        return "rnn"
     if op.startswith(("_foreach_", "_fused_adam", "_fused_sgd", "_amp_")):
         return "optimizer"
     if op in NORM_OPS:

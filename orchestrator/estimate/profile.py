@@ -3,8 +3,7 @@
 The kernels a step launches on a CUDA GPU (their class, FLOPs, bytes at the dtype used, launches) are recorded
 by step_ops.py on fake tensors, so a model too big for this machine is still profiled in a second. Activation
 memory is the size of the tensors autograd saves for backward. The local step time is measured with a few real
-training steps on this machine's CUDA GPU or CPU (skipped on the CPU when the roofline says one step would take
-too long here).
+training steps on this machine's CUDA GPU or CPU (skipped on the CPU when the roofline says one step is too long).
 """
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from orchestrator.estimate.step_ops import SYNC_OP, OpCost
 
 __all__ = ["OpCost", "SYNC_OP", "WorkloadProfile", "measure", "profile_now", "cached_profile"]
 
-PROFILE_VERSION = 5
+PROFILE_VERSION = 6
 # the local measurement is skipped (the roofline is used instead) when the CPU roofline predicts a
 # step longer than this, or the model's training state is bigger than this: it would take long and
 # crowd the machine
@@ -50,6 +49,7 @@ class WorkloadProfile:
     batch_input_bytes: float
     flops_per_step: float
     ops: list[OpCost] = field(default_factory=list)
+    param_tensors: int = 0  # what the optimizer and autograd loop over on the host
     # what the job asks of PyTorch beyond the defaults (workload.tf32, memory_format, optimizer_impl)
     tf32: bool = False
     memory_format: str = "contiguous"
@@ -300,7 +300,7 @@ def _static_profile(workload) -> WorkloadProfile:
         optimizer_bytes=4.0 * n_params * OPTIMIZER_STATE_PER_PARAM[workload.optimizer],
         activation_bytes=float(sum(saved.values())),
         batch_input_bytes=float(x.numel() * x.element_size() + y.numel() * y.element_size()),
-        flops_per_step=float(sum(o.flops for o in ops)), ops=ops,
+        flops_per_step=float(sum(o.flops for o in ops)), ops=ops, param_tensors=len(params),
         tf32=tf32, memory_format=memory_format, optimizer_impl=impl,
     )
 

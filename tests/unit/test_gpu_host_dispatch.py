@@ -1,4 +1,4 @@
-"""The host's dispatch per op class: measured by bench/calibrate_gpu.py's module chains, priced by gpu_time."""
+"""The host's dispatch per op class: measured by bench/calibrate_gpu.py's module chains, priced by host_time."""
 import csv
 import shutil
 
@@ -6,7 +6,7 @@ import pytest
 
 from bench import calibrate_gpu
 from infra.catalog import CATALOG_DIR, gpu_spec
-from orchestrator.estimate import gpu_calibration, gpu_time, profile
+from orchestrator.estimate import gpu_calibration, gpu_time, host_time, profile
 from orchestrator.planning.spec import Workload
 from orchestrator.estimate.step_ops import OpCost
 
@@ -30,13 +30,22 @@ def test_the_chains_are_timed_and_counted_per_class_and_pass_on_this_machine():
 
 
 def _catalog_with(tmp_path, host_rows):
+    """The shipped catalog with its host rows replaced by `host_rows` (kind, dtype, pass, ms per op)."""
     cat = tmp_path / "catalog"
     shutil.copytree(CATALOG_DIR, cat)
-    with open(cat / "gpu_kernels_h200.csv", newline="") as f:
-        columns = csv.DictReader(f).fieldnames
+    columns = None
+    for path in cat.glob("gpu_kernels*.csv"):
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            columns, kept = reader.fieldnames, [r for r in reader if r["section"] != "host"]
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, columns, lineterminator="\n")
+            w.writeheader()
+            w.writerows(kept)
     assert columns is not None
-    with open(cat / "gpu_kernels_h200.csv", "a", newline="") as f:
+    with open(cat / "gpu_kernels_host_test.csv", "w", newline="") as f:
         w = csv.DictWriter(f, columns, lineterminator="\n")
+        w.writeheader()
         for kind, dtype, pass_, ms in host_rows:
             w.writerow({c: "" for c in columns} | dict(gpu="H200", section="host", op=kind, dtype=dtype, pass_=pass_,
                                                         ms=ms, source="test host", date="2026-11-27"))
@@ -50,7 +59,7 @@ def _cnn_step(precision="fp32"):
 
 
 def test_measured_host_costs_price_their_class_and_the_prior_the_rest(tmp_path, monkeypatch):
-    p, prior = _cnn_step()
+    p, _ = _cnn_step()
     conv_fwd_calls = sum(o.count for o in p.ops if o.kind == "conv" and o.phase == "forward")
     assert conv_fwd_calls
     steps = {}
@@ -58,14 +67,15 @@ def test_measured_host_costs_price_their_class_and_the_prior_the_rest(tmp_path, 
         monkeypatch.setenv("DLRUN_CATALOG_DIR", str(_catalog_with(tmp_path / str(conv_ms), [
             ("conv", "fp32", "fwd", conv_ms), ("elementwise", "fp32", "fwd", 0.01)])))
         steps[conv_ms] = gpu_time.gpu_step(p, gpu_spec("H200"))
-    assert steps[0.5].host_seconds - steps[0.05].host_seconds == pytest.approx(conv_fwd_calls * 0.45e-3)
-    assert steps[0.5].host_seconds > prior.host_seconds  # a slow conv dispatch makes this host-bound step longer
+    assert steps[0.5].host_seconds - steps[0.05].host_seconds == pytest.approx(
+        conv_fwd_calls * 0.45e-3 * host_time.REAL_STEP_FACTOR)
+    assert steps[0.5].seconds > steps[0.05].seconds  # a slow conv dispatch makes this host-bound step longer
     cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
-    measured, unit = cal.host_op_seconds, gpu_calibration.host_unit_seconds(cal)
-    view = OpCost(name="(views and allocations)", count=1, flops=0, bytes=0, kind="host")
-    adam = OpCost(name="_foreach_add_", count=1, flops=0, bytes=0, kind="optimizer", phase="optimizer")
-    assert gpu_time.host_op_cost(view, unit, measured, autocast=False) == 0.0  # inside the measured costs
-    assert gpu_time.host_op_cost(adam, unit, measured, autocast=False) == unit * gpu_calibration.HOST_WEIGHTS[
+    unit = gpu_calibration.host_unit_seconds(cal)
+    view = OpCost(name="(views and allocations)", count=3, flops=0, bytes=0, kind="host")
+    adam = OpCost(name="_foreach_add_", count=2, flops=0, bytes=0, kind="optimizer", phase="optimizer")
+    assert host_time.op_host_seconds(view, cal, autocast=False) == 0.0  # inside the measured costs
+    assert host_time.op_host_seconds(adam, cal, autocast=False) == 2 * unit * gpu_calibration.HOST_WEIGHTS[
         "optimizer"]
 
 
@@ -74,11 +84,21 @@ def test_autocast_steps_use_the_costs_measured_under_autocast(tmp_path, monkeypa
     p, _ = _cnn_step("bf16")
     cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
     conv = next(o for o in p.ops if o.kind == "conv" and o.phase == "forward")
-    measured, unit = cal.host_op_seconds, gpu_calibration.host_unit_seconds(cal)
-    assert gpu_time.host_op_cost(conv, unit, measured, autocast=True) == unit  # no bf16 row: the prior
-    assert gpu_time.host_op_cost(conv, unit, measured, autocast=False) == pytest.approx(0.5e-3)
+    unit = gpu_calibration.host_unit_seconds(cal)
+    assert host_time.op_host_seconds(conv, cal, autocast=True) == conv.count * unit  # no bf16 row: the prior
+    assert host_time.op_host_seconds(conv, cal, autocast=False) == pytest.approx(conv.count * 0.5e-3)
 
 
-def test_without_host_rows_the_host_model_is_the_prior():
+def test_without_host_rows_every_op_is_priced_by_the_prior(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLRUN_CATALOG_DIR", str(_catalog_with(tmp_path, [])))
     cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
-    assert cal.host_op_seconds == {}  # the shared H200 microbenchmarks have none
+    assert cal.host_op_seconds == {}
+    view = OpCost(name="(views and allocations)", count=4, flops=0, bytes=0, kind="host")
+    assert host_time.op_host_seconds(view, cal, autocast=False) == pytest.approx(
+        4 * gpu_calibration.host_unit_seconds(cal) * gpu_calibration.HOST_WEIGHTS["host"])
+
+
+def test_the_shipped_h200_host_rows_come_from_the_device_run():
+    cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
+    assert {k for k in cal.host_op_seconds} >= {("conv", "bf16", "fwd"), ("norm", "fp32", "bwd")}
+    assert all(1e-6 < v < 1e-3 for v in cal.host_op_seconds.values())
