@@ -11,6 +11,7 @@ from orchestrator.planning.workdir import RAY_GRPC_SIZE_ENV, workdir_digest
 from orchestrator.runs.entrypoint import checkpoint_location, run_key
 from orchestrator.runs.run_identity import start_fresh
 from tests.support.job_files import make_job
+from tests.support.unprivileged import shared_tmp, unprivileged
 
 
 def test_digest_follows_content_and_ignores_git_and_caches(tmp_path):
@@ -71,14 +72,17 @@ def test_missing_workdir_is_one_line_at_load(tmp_path):
         load_job(job)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
-def test_unreadable_workdir_file_is_one_line_at_load(tmp_path):
-    job = make_job(tmp_path)
-    secret = tmp_path / "work" / "secret.bin"
-    secret.write_bytes(b"x")
-    secret.chmod(0)
-    with pytest.raises(SpecError, match=r"field 'workdir': cannot read .*secret.bin"):
-        load_job(job)
+def test_unreadable_workdir_file_is_one_line_at_load():
+    with shared_tmp() as tmp:  # where an unprivileged user can reach the job (pytest's tmp_path is 0700)
+        job = make_job(tmp)
+        secret = tmp / "work" / "secret.bin"
+        secret.write_bytes(b"x")
+        secret.chmod(0)
+        with unprivileged() as uid:  # as root (CI), nobody: root reads every file, whatever its mode
+            assert not os.access(secret, os.R_OK), uid
+            with pytest.raises(SpecError, match=r"field 'workdir': cannot read .*secret.bin"):
+                load_job(job)
+            secret.parent.joinpath("train.py").read_text()  # the rest of the job is readable to that user
 
 
 def test_dangling_link_in_workdir_is_one_line_at_load(tmp_path):
