@@ -108,11 +108,13 @@ def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize):
     from orchestrator.cli.render.display import make_display
     from orchestrator.errors import NothingFitsError
     from orchestrator.planning.spec import load_job
+    from orchestrator.planning.usable import require_usable
     from orchestrator.runs import executor as runner
     from orchestrator.runs.sigterm import cancel_on_sigterm
 
     cancel_on_sigterm()  # a process manager's or CI's stop cancels and tears down, as Ctrl-C does
     spec = with_objective(load_job(job_file, max_cost=max_cost, deadline=deadline), optimize)
+    require_usable(spec, backend)  # before profiling: only clouds without credentials fit -> exit 4
     try:
         warm_profile(spec)
         plan = runner.plan_for_submit(spec, backend, store=runner.default_store())  # + history

@@ -19,20 +19,26 @@ CATALOG_CLOUDS = ("aws", "gcp")
 
 
 def run_plan(spec, backend: str | None = None, *, blocked: frozenset[str] = frozenset(), store=None,
-             offers=None):
+             offers=None, any_cloud: bool = False):
     """Plan a validated JobSpec over every backend it names; `backend` restricts to one. Quotas older than
-    their lifetime (an hour) are read again; a launch re-reads them itself (executor.make_plan)."""
-    from infra import backend_choices
+    their lifetime (an hour) are read again; a launch re-reads them itself (executor.make_plan). A cloud
+    without credentials is planned only to say so (planning/usable.py), unless `any_cloud`."""
     from orchestrator.planning.planner import plan_job, restrict
+    from orchestrator.planning.usable import check_backend, unusable_backends
 
-    if backend is not None and backend not in backend_choices():
-        raise UsageError(f"--backend: '{backend}' is not one of {', '.join(backend_choices())} "
-                         "(a team cluster: add it under clusters: in config.yaml)")
+    check_backend(backend)
     if store is None:
         from orchestrator.state.db import Store
 
         store = Store()
-    return plan_job(restrict(spec, backend), blocked=blocked, store=store, offers=offers, quota_max_age_s=None)
+    spec = restrict(spec, backend)
+    unusable = unusable_backends(spec.resources.clouds)
+    result = plan_job(spec, blocked=blocked, store=store, offers=offers, quota_max_age_s=None,
+                      unusable=None if any_cloud else unusable)
+    if any_cloud and unusable:
+        result.notes.append(f"planned as if these had credentials: {', '.join(unusable)} (`dlrun check`; "
+                            "`submit` leaves them out)")
+    return result
 
 
 def with_objective(spec, optimize: str | None):
@@ -94,13 +100,19 @@ def print_plan(plan, show_all: bool = False) -> None:
 @click.option("--all", "show_all", is_flag=True, help="show every candidate, not the best per GPU config")
 @click.option("--optimize", type=click.Choice(["cost", "time"]), default=None,
               help="pick the cheapest (cost) or the fastest (time) candidate that fits")
-def plan_command(job_file, max_cost, deadline, backend, as_json, plot_path, show_all, optimize):
+@click.option("--any-cloud", is_flag=True,
+              help="also choose among clouds without credentials here (to compare before setting one up)")
+def plan_command(job_file, max_cost, deadline, backend, as_json, plot_path, show_all, optimize, any_cloud):
     """Predict hours and dollars on every backend and pick the cheapest that fits."""
     from orchestrator.planning.spec import load_job
+    from orchestrator.planning.usable import check_backend, require_usable
 
     spec = with_objective(load_job(job_file, max_cost=max_cost, deadline=deadline), optimize)
+    check_backend(backend)
+    if not any_cloud:
+        require_usable(spec, backend)
     warm_profile(spec)
-    result = run_plan(spec, backend)
+    result = run_plan(spec, backend, any_cloud=any_cloud)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
@@ -109,6 +121,10 @@ def plan_command(job_file, max_cost, deadline, backend, as_json, plot_path, show
         from orchestrator.cli.render.plot import plot_plan
 
         click.echo(f"plot written to {plot_plan(result, plot_path)}", err=as_json)
+    if result.chosen is None and result.credentials_needed:
+        from orchestrator.planning.usable import credentials_error
+
+        raise credentials_error(spec.name, result.unusable, result.credentials_needed)
     if result.chosen is None:
         raise NothingFitsError(result.nothing_fits_message(), plan=result)
 

@@ -66,6 +66,8 @@ class Plan:
     default_deadline: str | None = None  # set when the deadline is the config's default, not the job's
     zone_flags: dict[str, str] = field(default_factory=dict)  # offer key -> its flagged spot zone, in words
     quota_raise: list[str] = field(default_factory=list)  # quotas that keep offers out: which to raise, in words
+    unusable: dict[str, str] = field(default_factory=dict)  # backend -> its missing credentials (planning/usable.py)
+    credentials_needed: list[str] = field(default_factory=list)  # unusable clouds with a candidate that would fit
 
     @property
     def ranked(self) -> list[Candidate]:
@@ -104,7 +106,7 @@ class Plan:
                 "fastest_hours_ignoring_deadline": self.fastest_hours_ignoring_deadline,
                 "max_cost": self.max_cost, "deadline_seconds": self.deadline_seconds, "notes": self.notes,
                 "optimize": self.optimize, "default_deadline": self.default_deadline, "zone_flags": self.zone_flags,
-                "quota_raise": self.quota_raise,
+                "quota_raise": self.quota_raise, "unusable": self.unusable,
                 "profile": _profile_summary(self.profile),
                 "candidates": [c.to_json() for c in self.ranked]}
 
@@ -240,10 +242,13 @@ def exclusion_reason(spec, offer: Offer, blocked: frozenset[str]) -> str | None:
 # --- the plan --------------------------------------------------------------------------------------
 
 def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), store=None, profile=None,
-         history=None, settings=None, quotas=None, image=None) -> Plan:
+         history=None, settings=None, quotas=None, image=None, unusable: dict[str, str] | None = None) -> Plan:
     """quotas (infra.refresh.quotas.QuotaBook): a market this account cannot launch now is excluded,
     naming the quota to raise; None: quotas are not looked at. image: the job's checked `image:`
-    (image_check.check_image), None without one."""
+    (image_check.check_image), None without one. unusable: backend -> its missing credentials
+    (planning/usable.py): its candidates are estimated and shown, never chosen."""
+    unusable = unusable or {}
+    needed: set[str] = set()
     profile = profile or profile_for(spec)
     if history is None and store is not None:
         history = history_from_store(store)
@@ -287,6 +292,9 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
                 why = f"est. ${est.cost_high:.2f} > budget ${max_cost:.2f}"  # the high end (the "up to" column)
             if why is None and deadline is not None and est.total_seconds > deadline:
                 why = f"est. {est.hours:.2f} h > deadline {deadline / 3600:.2f} h"
+            if offer.cloud in unusable and reason is None:  # ruled out first by its missing credentials
+                needed.update([offer.cloud] if why is None else [])
+                why = market_reason = f"no {offer.cloud} credentials (`dlrun check`)"
             candidates.append(Candidate(offer, spot, est, eligible=market_reason is None, feasible=why is None,
                                         reason=why, software=software.software_json(spec, offer), checkpoint=base,
                                         wait=plan_inputs.cluster_wait(offer, nodes) if reason is None else None))
@@ -300,6 +308,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
     notes += retired + [n for n in [software.price_age_note(candidates), software.chosen_note(chosen)] if n]
     notes += storage_notes(chosen) + plan_inputs.cluster_notes(chosen)
     notes += image_check.image_notes(image, chosen)
+    notes += left_out_note(unusable, chosen)
     if unmet and chosen is not None and runs_here(chosen.offer.cloud):
         notes.append(local_requirements.pip_env_note(unmet))
     raise_these = [] if quotas is None else plan_inputs.quota_notes(candidates, chosen, quotas, nodes, notes,
@@ -310,8 +319,17 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
                 max_cost=max_cost, deadline_seconds=deadline, profile=profile, notes=notes, optimize=optimize,
                 default_deadline=default_deadline,
                 zone_flags=zone_flags(c for c in candidates if c.eligible and c.spot),
-                retired=retired if chosen is None else [], quota_raise=raise_these)
+                retired=retired if chosen is None else [], quota_raise=raise_these, unusable=dict(unusable),
+                credentials_needed=sorted(needed) if chosen is None else [])
 
+
+
+def left_out_note(unusable: dict[str, str], chosen) -> list[str]:
+    """The clouds planned only to say they lack credentials (when something else was chosen)."""
+    if not unusable or chosen is None:
+        return []
+    return [f"left out, no credentials here: {', '.join(unusable)} (`--all` shows their offers; `dlrun check` "
+            "says what fixes it)"]
 
 
 def zone_flags(spot_candidates) -> dict[str, str]:
@@ -346,8 +364,10 @@ def restrict(spec, backend: str | None):
 
 
 def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers: list[Offer] | None = None,
-             quota_max_age_s: float | None = LAUNCH_QUOTA_AGE_S, quotas=None, progress=None) -> Plan:
-    """The plan over every backend the spec names (this machine and the catalog's cloud offers).
+             quota_max_age_s: float | None = LAUNCH_QUOTA_AGE_S, quotas=None, progress=None,
+             unusable: dict[str, str] | None = None) -> Plan:
+    """The plan over every backend the spec names (this machine and the catalog's cloud offers); those in
+    `unusable` (no credentials: planning/usable.py) are shown and never chosen, and nothing is read for them.
 
     The account's quotas in the offers' regions are read again where older than quota_max_age_s (default
     LAUNCH_QUOTA_AGE_S: this plan may be launched; `dlrun plan` passes None, the quotas' lifetime)."""
@@ -361,13 +381,14 @@ def plan_job(spec, *, blocked: frozenset[str] = frozenset(), store=None, offers:
     image = image_check.check_image(spec, offers)  # the registry is asked before any cloud is
     refresh_notes: list[str] = []
     if offers_given is None:
-        refresh_notes = plan_inputs.refresh_stale(spec.resources.clouds, progress or plan_inputs.stderr_line)
+        refresh_notes = plan_inputs.refresh_stale([c for c in spec.resources.clouds if c not in (unusable or {})],
+                                                  progress or plan_inputs.stderr_line)
         if refresh_notes is not None and refresh_notes[:1] == ["refreshed"]:
             offers = plan_inputs.offers_with_clusters(spec, [])
             refresh_notes = refresh_notes[1:]
     if quotas is None:
         quotas = plan_inputs.quotas_for(spec, offers, quota_max_age_s, progress or plan_inputs.stderr_line)
-    result = plan(spec, offers, blocked=blocked, store=store, quotas=quotas, image=image)
+    result = plan(spec, offers, blocked=blocked, store=store, quotas=quotas, image=image, unusable=unusable)
     result.notes += (refresh_notes or []) + cluster_problems
     note = plan_inputs.price_source_note(result)
     if note:

@@ -77,7 +77,8 @@ def record_job(spec: JobSpec, plan: Plan, *, store: Store | None = None, schedul
                               supervisor_pid=os.getpid())  # until a supervisor takes over
     store.add_event(job_id, "plan", {"chosen": chosen.offer.label, "spot": chosen.spot,
                                      "est_hours": est.hours, "est_cost": est.cost,
-                                     "est_start_seconds": est.start_seconds})
+                                     "est_start_seconds": est.start_seconds,
+                                     "unusable": sorted(plan.unusable)})  # no credentials: out of re-plans too
     record_run(store, job_id, spec, schedule_id=schedule_id)
     return job_id
 

@@ -25,18 +25,27 @@ def make_plan(spec: JobSpec, blocked: frozenset[str] = frozenset(), store: Store
 
 
 def plan_for_submit(spec: JobSpec, backend: str | None = None, *, store: Store | None = None) -> Plan:
-    """The plan `dlrun submit` launches (on `backend` only, when given); NothingFitsError when nothing fits."""
-    from orchestrator.planning.planner import restrict
+    """The plan `dlrun submit` launches (on `backend` only, when given), over the backends usable from here
+    (planning/usable.py: CloudCredentialsError when only clouds without credentials could run the job);
+    NothingFitsError when nothing fits."""
+    from orchestrator.planning.planner import plan_job, restrict
+    from orchestrator.planning.usable import require_usable
 
-    plan = make_plan(restrict(spec, backend), store=store)
+    spec = restrict(spec, backend)
+    plan = plan_job(spec, store=store, unusable=require_usable(spec))
     require_choice(plan, spec)
     return plan
 
 
 def require_choice(plan: Plan, spec: JobSpec) -> Candidate:
-    """The plan's chosen candidate; NothingFitsError (with the plan, for its table) when there is none."""
+    """The plan's chosen candidate; CloudCredentialsError when only clouds without credentials would run it,
+    NothingFitsError (with the plan, for its table) when nothing would."""
     if plan.chosen is not None:
         return plan.chosen
+    if plan.credentials_needed:
+        from orchestrator.planning.usable import credentials_error
+
+        raise credentials_error(spec.name, plan.unusable, plan.credentials_needed)
     if plan.quota_raise:  # the account's quotas, not the budget: say which to raise
         raise NothingFitsError(f"{spec.name}: {plan.nothing_fits_message()}", plan=plan)
     cheapest = plan.cheapest_feasible_cost_ignoring_budget

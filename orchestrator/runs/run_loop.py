@@ -48,7 +48,8 @@ class RunLoop:
         self.ctx, self.get_provider = ctx, get_provider
         self.spec, self.store, self.job_id = ctx.spec, ctx.store, ctx.job_id
         self.plan = first_plan  # what the next attempt launches from; None: plan again (what is blocked now)
-        self.blocked: set[str] = set()  # block keys (planning/blocks.py) of what failed
+        self.blocked: set[str] = unusable_at_submit(first_plan, self.store, self.job_id)  # block keys
+        # (planning/blocks.py) of what failed, from the start the clouds that had no credentials at submit
         self.tried = Failures()
         self.preflighted: set[str] = set()  # clouds whose preflight ran (once each)
         self.skipped = ""  # a cloud the preflight ruled out: said once the run goes on elsewhere
@@ -178,3 +179,10 @@ class RunLoop:
             code = f" (exit code {outcome.exit_code})" if outcome.exit_code is not None else ""
             raise JobFailedError(f"job {job_id} failed on {view.backend}{code}; see `dlrun logs {job_id}`")
         return SubmitResult(job_id, status, exit_code_for(status, sigterm.received()), outcome.result)
+
+
+def unusable_at_submit(first_plan: Plan | None, store, job_id: str) -> set[str]:
+    """The clouds the submitted plan left out for want of credentials (re-plans leave them out too)."""
+    if first_plan is not None:
+        return set(first_plan.unusable)
+    return {c for e in store.events(job_id) if e.kind == "plan" for c in (e.data or {}).get("unusable", [])}

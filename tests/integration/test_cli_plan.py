@@ -19,7 +19,7 @@ def cpu_only_machine(monkeypatch):
 
 def test_budget_below_the_cheapest_exits_3_with_the_table(tmp_path):
     path = job_file(tmp_path, workload=TINY, resources={"clouds": ["aws", "gcp"]})
-    code, result = invoke(cli_plan.plan_command, [path, "--max-cost", "0.001"])
+    code, result = invoke(cli_plan.plan_command, [path, "--max-cost", "0.001", "--any-cloud"])  # no credentials here
     assert code == 3
     assert "why not" in result.output and "g4dn.xlarge" in result.output
     assert "> budget $0.00" in result.output
@@ -52,10 +52,10 @@ def test_plan_json_and_plot(tmp_path):
 
 def test_backend_flag_and_deadline(tmp_path):
     path = job_file(tmp_path, workload=TINY)
-    code, result = invoke(cli_plan.plan_command, [path, "--backend", "gcp", "--json"])
+    code, result = invoke(cli_plan.plan_command, [path, "--backend", "gcp", "--json", "--any-cloud"])
     assert code == 0
     assert {c["cloud"] for c in json.loads(result.stdout)["candidates"]} == {"gcp"}
-    code, result = invoke(cli_plan.plan_command, [path, "--backend", "aws", "--deadline", "1s"])
+    code, result = invoke(cli_plan.plan_command, [path, "--backend", "aws", "--deadline", "1s", "--any-cloud"])
     assert code == 3 and "deadline" in str(result.exception)
 
 

@@ -35,7 +35,8 @@ def invoke(command, args):
 
 
 def plan_json(path, *args):
-    code, result = invoke(cli_plan.plan_command, [path, "--json", *args])
+    """The plan as JSON, over every cloud (this machine has no cloud credentials: `--any-cloud`)."""
+    code, result = invoke(cli_plan.plan_command, [path, "--json", "--any-cloud", *args])
     assert code == 0, result.output
     return json.loads(result.stdout)
 
@@ -48,7 +49,7 @@ def test_resnet50_imagenet_without_deadline_ends_within_the_default_and_says_whi
     assert data["default_deadline"] == "72h" and data["deadline_seconds"] == 72 * 3600
     local = next(c for c in data["candidates"] if c["cloud"] == "local")
     assert local["estimate"]["hours"] > 1000 and "deadline 72.00 h" in local["reason"]
-    code, result = invoke(cli_plan.plan_command, [path])
+    code, result = invoke(cli_plan.plan_command, [path, "--any-cloud"])
     assert code == 0 and "no deadline in the job: the default of 72h applies (dlrun's default" in result.output
 
 
@@ -90,7 +91,7 @@ def test_p4d_spot_in_us_east_1_is_priced_at_a_regular_zone_and_the_outlier_flagg
     assert p4d["estimate"]["price_per_hour"] == pytest.approx(7.8799)  # use1-az6, not use1-az1's 2.4655
     flag = data["zone_flags"]["aws/us-east-1/p4d.24xlarge"]
     assert "use1-az1 $2.47/h" in flag and "priced at use1-az6 $7.88/h" in flag
-    code, result = invoke(cli_plan.plan_command, [path])
+    code, result = invoke(cli_plan.plan_command, [path, "--any-cloud"])
     assert code == 0 and "use1-az1 $2.47/h" in result.output and "tried last" in result.output
 
 
