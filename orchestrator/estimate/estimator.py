@@ -17,6 +17,7 @@ from infra import kind, runs_here
 from infra.catalog import GpuSpec, Offer, gpu_spec
 from orchestrator.planning.data_inputs import transfer_seconds
 from orchestrator.planning.image_check import pull_seconds
+from orchestrator.estimate.host_time import REFERENCE_HOST, HostCpu, host_of
 from orchestrator.estimate.history import (History, correction_for, fit_terms, history_from_store, runs_behind,
                                            startup_correction_for)
 
@@ -83,6 +84,7 @@ class Estimate:
     step_high: float = 0.0
     hours_high: float = 0.0  # the whole job at the range's high end: what the budget is checked against
     cost_high: float = 0.0
+    detail: str = ""  # where the step's figures come from, in words (calibration, host CPU assumed)
 
     @property
     def total_seconds(self) -> float:
@@ -104,14 +106,14 @@ def _roofline(profile, flops_per_s: float, bytes_per_s: float, launch_s: float, 
     return total
 
 
-def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1):
-    """The step on `gpu` (gpu_time.StepTime: seconds, sigma, basis), memoised on the profile."""
+def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1, host: HostCpu = REFERENCE_HOST):
+    """The step on `gpu` with `host`'s CPU (gpu_time.StepTime: seconds, sigma, basis), memoised on the profile."""
     from orchestrator.estimate.gpu_time import gpu_step as price
 
     cache = profile.__dict__.setdefault("_gpu_cache", {})
-    key = (gpu.name, gpus_per_node, num_nodes)
+    key = (gpu.name, gpus_per_node, num_nodes, host.name)
     if key not in cache:
-        cache[key] = price(profile, gpu, gpus_per_node, num_nodes)
+        cache[key] = price(profile, gpu, gpus_per_node, num_nodes, host)
     return cache[key]
 
 
@@ -147,9 +149,12 @@ def _offer_step(profile, offer: Offer, num_nodes: int) -> StepBasis:
     """The step of an offer and its basis, memoised on the profile (the planner asks 10,000×)."""
     cache = profile.__dict__.setdefault("_step_cache", {})
     here = runs_here(offer.cloud)
-    key = (here, offer.accelerator, offer.accelerator_count, num_nodes, offer.vcpus if not offer.accelerator else 0)
+    host = REFERENCE_HOST if here or not offer.accelerator else host_of(offer.instance_type)
+    key = (here, offer.accelerator, offer.accelerator_count, num_nodes, offer.vcpus if not offer.accelerator else 0,
+           host.name)
     if key not in cache:
-        cache[key] = _step_basis(profile, offer.accelerator, offer.accelerator_count, here, num_nodes, offer.vcpus)
+        cache[key] = _step_basis(profile, offer.accelerator, offer.accelerator_count, here, num_nodes, offer.vcpus,
+                                 host)
     return cache[key]
 
 
@@ -163,7 +168,7 @@ def _cpu_step(profile) -> tuple[float, bool]:
 
 
 def _step_basis(profile, accelerator: str | None, count: int, here: bool, num_nodes: int = 1,
-                vcpus: int = 1) -> StepBasis:
+                vcpus: int = 1, host: HostCpu = REFERENCE_HOST) -> StepBasis:
     measured = profile.local_step_seconds
     reference = profile.source != "measured"
     if accelerator is None:
@@ -181,7 +186,7 @@ def _step_basis(profile, accelerator: str | None, count: int, here: bool, num_no
         timed = here and "cuda" in measured
         return StepBasis(measured["cuda"] if timed else math.inf, "measured" if timed else "unknown GPU",
                          MEASURED_SIGMA)
-    step = gpu_step(profile, gpu, count, num_nodes)
+    step = gpu_step(profile, gpu, count, num_nodes, host)
     here_spec = gpu_spec(local_gpu) if local_gpu and "cuda" in measured else None
     if here_spec is not None:  # Habitat's method: this GPU's measured step × the ratio of the two predictions
         seconds, how = scaled_from_here(profile, measured["cuda"], step, gpu_step(profile, here_spec))
@@ -305,7 +310,7 @@ def estimate(profile, offer: Offer, *, spot: bool, num_nodes: int = 1, history=N
                     accelerator=accelerator, model_family=profile.model_family, basis=basis,
                     start_seconds=start * start_correction, data_seconds=data,
                     step_low=step * correction / spread, step_high=step * correction * spread,
-                    hours_high=hours_high, cost_high=hours_high * hourly)
+                    hours_high=hours_high, cost_high=hours_high * hourly, detail=priced.detail)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ class Fit:
     efficiency: float
     sigma: float
     points: int
-    narrow: float = 0.0  # convolutions: the GEMM width at which the efficiency halves (0: none)
+    narrow: float = 0.0  # the width (a conv's GEMM side, a BatchNorm's channels) at which efficiency halves (0: none)
 
     def seconds(self, work: float, launches: float, peak: float, width: int = 0) -> float:
         return launches * self.latency + work * self.width_factor(width) / (peak * self.efficiency)
@@ -121,8 +121,15 @@ def conv_width(in_channels: int, out_channels: int, taps: int, groups: int = 1) 
     return max(1, min(out_channels // groups, in_channels // groups * taps))
 
 
+_BATCHNORM = re.compile(r"n(\d+) c(\d+) (\d+)x(\d+)")
+
+
 def row_width(row: dict) -> int:
-    """The width (conv_width) of a measured convolution row; 0 for other rows."""
+    """The width of a measured row: a convolution's (conv_width), a BatchNorm's channels (cuDNN's NCHW BatchNorm
+    reduces each channel over N×H×W in one block of threads: few channels leave the GPU part idle, as the H200's
+    n256 c64 56×56 backward at 530 GB/s against n64 c256's 1650 shows); 0 for other rows."""
+    if row["section"] == "mem" and row["op"].startswith("batchnorm") and (b := _BATCHNORM.fullmatch(row["shape"])):
+        return int(b.group(2))
     c = _CONV.fullmatch(row["shape"]) if row["section"] == "conv" else None
     if not c:
         return 0
@@ -144,7 +151,8 @@ def _sample(row: dict) -> tuple[tuple[str, str, str, str], float, int, str] | No
     section, op, dtype, shape = row["section"], row["op"], row["dtype"], row["shape"]
     if section == "gemm":
         m, n, k = (int(v) for v in shape.split("x"))
-        return ("gemm", dtype, "", ""), 2.0 * m * n * k, 1, "compute"
+        layout = row["layout"] if row["layout"].startswith(kernels.UNALIGNED) else ""
+        return ("gemm", dtype, layout, ""), 2.0 * m * n * k, 1, "compute"
     if section == "conv" and (c := _CONV.fullmatch(shape)):
         nb, cin, cout, h, w, ks = (int(v) for v in c.groups())
         fwd = 2.0 * nb * cout * h * w * cin * ks * ks
@@ -207,7 +215,7 @@ def fit(samples: list[tuple[float, float, float]], peak: float) -> Fit:
     return Fit(latency=a, efficiency=1.0 / (b * peak), sigma=max(sigma, 0.05), points=len(samples))
 
 
-NARROW_GRID = (0.0, 16.0, 32.0, 48.0, 64.0, 96.0, 128.0)
+NARROW_GRID = (0.0, 16.0, 32.0, 48.0, 64.0, 96.0, 128.0, 192.0, 256.0, 384.0, 512.0, 768.0, 1024.0)
 
 
 def fit_widths(samples: list[tuple[float, float, float, int]], peak: float) -> Fit:

@@ -85,7 +85,7 @@ def kernel_seconds(op, gpu: GpuSpec, cal: GpuCalibration, tf32_matmul: bool, spl
         return max(memory_s, launches * MIN_KERNEL_SECONDS), 0.3
     if kind in kernels.COMPUTE_KINDS and flops > 0:
         return max(fit.seconds(flops, launches, gpu.peak_tflops(mode) * 1e12, op.width), memory_s), fit.sigma
-    return fit.seconds(moved, launches, gpu.memory_bandwidth_gbps * 1e9), fit.sigma
+    return fit.seconds(moved, launches, gpu.memory_bandwidth_gbps * 1e9, op.width), fit.sigma
 
 
 def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1,
@@ -119,7 +119,6 @@ def gpu_step(profile, gpu: GpuSpec, gpus_per_node: int = 1, num_nodes: int = 1,
         kernel_sigma = max(kernel_sigma, host_sigma(host) * min(1.0, (host_total - gpu_total) / gpu_total * 2)
                            if gpu_total > 0 else host_sigma(host))
     sigma = math.sqrt(kernel_sigma ** 2 + MODEL_SIGMA ** 2)
-    if host is not REFERENCE_HOST or host_total > gpu_total:
-        basis += f"; host: {host.name}" + (" (host-bound)" if host_total > gpu_total else "")
+    basis += f"; host CPU: {host.name}" + (" (host-bound)" if host_total > gpu_total else "")
     return StepTime(seconds=step, sigma=sigma, gpu_seconds=gpu_total, host_seconds=host_total,
                     by_kind=by_kind, basis=basis)

@@ -13,7 +13,8 @@ COMPUTE_KINDS: tuple[KernelKind, ...] = ("gemm", "conv", "attention", "rnn")  # 
 
 GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm", "addmv", "mv", "dot"}
 CONV_OPS = {"convolution", "_convolution", "convolution_backward", "cudnn_convolution", "conv2d", "conv1d",
-            "conv3d", "mkldnn_convolution", "_slow_conv2d_forward", "_slow_conv2d_backward"}
+            "conv3d", "mkldnn_convolution", "_slow_conv2d_forward", "_slow_conv2d_backward", "_conv_depthwise2d",
+            "conv_depthwise3d", "cudnn_convolution_transpose", "convolution_overrideable"}
 # the fused attention kernels; on CPU profiling sees the flash-for-CPU op, on CUDA flash / efficient / cuDNN run
 ATTENTION_OPS = {"_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
                  "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
@@ -82,6 +83,24 @@ def foreach_launches(numels: list[int], depth: int) -> int:
     per_launch = _MAX_TENSORS_BY_DEPTH.get(depth, 30)
     chunks = sum(-(-n // _CHUNK) for n in numels)
     return max(-(-len(numels) // per_launch), -(-chunks // _MAX_BLOCKS))
+
+
+# a GEMM with a side the tensor cores' 16-byte rows do not divide (a vocabulary of 30,522 or 50,257 tokens):
+# cuBLAS runs other kernels for it, on the H200 at 0.30 of the bf16 peak for an even side, 0.12-0.19 for an odd
+# one ('unaligned/odd'), where aligned GEMMs reach 0.75 (gpu_calibration's 'unaligned' fits)
+UNALIGNED = "unaligned"
+_ELEMENTS_PER_16_BYTES = {"torch.bfloat16": 8, "torch.float16": 8, "torch.float32": 4}
+
+
+def gemm_alignment(tensors) -> str:
+    """'' for a GEMM whose matrix sides tensor cores' 16-byte rows divide (8 half or 4 single floats), else
+    'unaligned', or 'unaligned/odd' where a side is odd (cuBLAS then has only 2-byte-aligned kernels)."""
+    steps = [_ELEMENTS_PER_16_BYTES.get(str(t.dtype), 0) for t in tensors]
+    sides = [int(d) for t, step in zip(tensors, steps, strict=True) if step and t.dim() >= 2 for d in t.shape[-2:]]
+    step = min((s for s in steps if s), default=0)
+    if not step or not any(d % step for d in sides):
+        return ""
+    return f"{UNALIGNED}/odd" if any(d % 2 for d in sides) else UNALIGNED
 
 
 # cuDNN's RNN: the gates each cell computes, and how its time splits between batched GEMMs and steps

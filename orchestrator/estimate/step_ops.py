@@ -34,7 +34,8 @@ class OpCost:
     layout: str = ""  # a convolution's input: nchw | nhwc (channels_last)
     launches: int = 0  # kernel launches over the calls (0: one per call); an RNN's: its time steps
     phase: str = ""  # forward | backward | optimizer
-    width: int = 0  # a convolution's implicit GEMM's narrower side: out channels or in channels × taps, per group
+    width: int = 0  # a convolution's implicit GEMM's narrower side (out channels or in channels × taps, per group);
+    # a BatchNorm's channels
 
     @property
     def kernel_launches(self) -> int:
@@ -151,8 +152,10 @@ def _op_cost(rec: StepRecorder, func, name: str, args, kwargs, out) -> OpCost:
         groups = int(args[8] if name == "convolution" else args[9])
         layout = _conv_layout(x, weight, groups)
         width = _conv_width(weight, groups)
+    elif kind == "gemm":
+        layout = kernels.gemm_alignment(ins)
     elif kind == "norm" and "batch_norm" in name:
-        layout = "batch"
+        layout, width = "batch", int(args[0].shape[1]) if args[0].dim() > 1 else 0
     dtype = _float_dtype(ins) or _float_dtype(outs)
     if rec.autocast_dtype and name in kernels.CUDA_AUTOCAST_FP32_OPS and dtype in ("bf16", "fp16"):
         moved = _as_cuda_autocast_fp32(rec, ins, outs, moved)
