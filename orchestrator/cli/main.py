@@ -11,7 +11,9 @@ import time
 
 import click
 
-from orchestrator.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_TERMINATED, DlrunError, UsageError
+from orchestrator.cli.params import BACKEND_METAVAR, USD
+from orchestrator.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_TERMINATED, DlrunError,
+                                 UsageError)
 
 # commands living in their own modules, imported only when run (or asked for their own --help);
 # `dlrun --help` lists them from the short help kept here (a test checks it matches each command's)
@@ -34,24 +36,6 @@ LAZY_COMMANDS = {
     "dashboard": ("orchestrator.cli.report", "dashboard",
                   "The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head)."),
 }
-
-
-class BackendChoice(click.Choice):
-    """The backend names of the registry (infra), looked up when the option is used or shown: listing
-    the commands imports nothing of infra."""
-
-    def __init__(self):
-        super().__init__(())
-
-    @property
-    def choices(self):
-        from infra import backend_choices
-
-        return backend_choices()  # the registry's names and each configured cluster:NAME
-
-    @choices.setter
-    def choices(self, value):
-        pass
 
 
 class LazyGroup(click.Group):
@@ -94,9 +78,9 @@ def cli():
 
 @cli.command()
 @click.argument("job_file", type=click.Path(dir_okay=False))
-@click.option("--max-cost", type=float, help="USD for the whole job (overrides budget.max_cost)")
+@click.option("--max-cost", type=USD, help="USD for the whole job (overrides budget.max_cost)")
 @click.option("--deadline", help="wall-clock limit, e.g. 4h (overrides budget.deadline)")
-@click.option("--backend", type=BackendChoice(), help="only consider this backend")
+@click.option("--backend", default=None, metavar=BACKEND_METAVAR, help="only consider this backend")
 @click.option("--detach", is_flag=True, help="return the job id at once; a supervisor runs the job")
 @click.option("--fresh", is_flag=True, help="start the run over: remove its checkpoints instead of resuming")
 @click.option("--optimize", type=click.Choice(["cost", "time"]), default=None,
@@ -109,12 +93,14 @@ def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize):
     from orchestrator.errors import NothingFitsError
     from orchestrator.planning.spec import load_job
     from orchestrator.planning.usable import require_usable
+    from orchestrator.planning.workload_check import check_workload
     from orchestrator.runs import executor as runner
     from orchestrator.runs.sigterm import cancel_on_sigterm
 
     cancel_on_sigterm()  # a process manager's or CI's stop cancels and tears down, as Ctrl-C does
     spec = with_objective(load_job(job_file, max_cost=max_cost, deadline=deadline), optimize)
     require_usable(spec, backend)  # before profiling: only clouds without credentials fit -> exit 4
+    check_workload(spec, job_file)  # the model takes workload.input_shape, or exit 2 naming it
     try:
         warm_profile(spec)
         plan = runner.plan_for_submit(spec, backend, store=runner.default_store())  # + history
@@ -247,7 +233,7 @@ def main(argv=None) -> None:
 
 def _main(argv=None) -> None:
     try:
-        cli.main(args=argv, standalone_mode=False)
+        cli.main(args=argv, prog_name="dlrun", standalone_mode=False)
     except DlrunError as e:
         click.echo(f"dlrun: error: {e.message}", err=True)
         sys.exit(e.exit_code)
@@ -255,6 +241,12 @@ def _main(argv=None) -> None:
         _interrupted(e.__cause__ if isinstance(e.__cause__, KeyboardInterrupt) else KeyboardInterrupt(), "")
     except KeyboardInterrupt as e:  # its message, when there is one, says what was cancelled and torn down
         _interrupted(e, "\n")
+    except click.exceptions.NoArgsIsHelpError as e:  # `dlrun` alone: the help
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.UsageError as e:  # a flag or an argument: one line, as every other mistake
+        click.echo(f"dlrun: error: {usage_line(e)}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     except click.exceptions.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
@@ -263,6 +255,14 @@ def _main(argv=None) -> None:
     except Exception as e:  # a bug of dlrun's: one line here, the traceback in a file
         click.echo(f"dlrun: internal error: {type(e).__name__}: {e} (full traceback: {crash_report(e)})", err=True)
         sys.exit(EXIT_JOB_FAILED)
+
+
+def usage_line(e: click.exceptions.UsageError) -> str:
+    """Click's words for a bad flag or argument, without its usage block: what, and where the help is."""
+    import re
+
+    what = re.sub(r"^Invalid value for '([^']+)': ", r"\1: ", e.format_message().strip()).rstrip(".")
+    return f"{what} (see `{e.ctx.command_path} --help`)" if e.ctx is not None else what
 
 
 def _interrupted(e: KeyboardInterrupt, lead: str) -> None:

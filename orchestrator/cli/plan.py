@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from infra import BACKEND_NAMES
+from orchestrator.cli.params import BACKEND_METAVAR, USD
 from orchestrator.cli.render.summary import plural
 from orchestrator.errors import NothingFitsError, UsageError
 
@@ -90,9 +90,9 @@ def print_plan(plan, show_all: bool = False) -> None:
 
 @click.command("plan")
 @click.argument("job_file", type=click.Path(dir_okay=True))
-@click.option("--max-cost", type=float, default=None, help="budget in USD for the whole job")
+@click.option("--max-cost", type=USD, default=None, help="budget in USD for the whole job")
 @click.option("--deadline", default=None, help="wall-clock limit, e.g. 4h or 90m")
-@click.option("--backend", default=None, metavar="|".join(BACKEND_NAMES) + "|cluster:NAME",
+@click.option("--backend", default=None, metavar=BACKEND_METAVAR,
               help="plan for one backend only")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
@@ -106,11 +106,13 @@ def plan_command(job_file, max_cost, deadline, backend, as_json, plot_path, show
     """Predict hours and dollars on every backend and pick the cheapest that fits."""
     from orchestrator.planning.spec import load_job
     from orchestrator.planning.usable import check_backend, require_usable
+    from orchestrator.planning.workload_check import check_workload
 
     spec = with_objective(load_job(job_file, max_cost=max_cost, deadline=deadline), optimize)
     check_backend(backend)
     if not any_cloud:
         require_usable(spec, backend)
+    check_workload(spec, job_file)
     warm_profile(spec)
     result = run_plan(spec, backend, any_cloud=any_cloud)
     if as_json:

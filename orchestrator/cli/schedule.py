@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from orchestrator.cli.params import USD
+
 # orchestrator.state.schedules (the job file's model: pydantic) and the cron module are imported by
 # the commands that use them, so that `dlrun schedule --help` stays light
 
@@ -39,10 +41,10 @@ def schedule():
 @click.option("--cron", required=True, help='5 fields: minute hour day-of-month month day-of-week '
               '(0 or 7 = Sunday), e.g. "0 2 * * *"')
 @click.option("--tz", default=None, help="IANA time zone of the cron times (default: this machine's)")
-@click.option("--max-cost", type=float, default=None, help="USD cap for each run (overrides the job file)")
+@click.option("--max-cost", type=USD, default=None, help="USD cap for each run (overrides the job file)")
 @click.option("--name", default=None, help="schedule name (default: the job's name)")
 @click.option("--follow-file", is_flag=True, help="re-read JOB_FILE at each run instead of the copy taken now")
-@click.option("--monthly-cap", type=float, default=None,
+@click.option("--monthly-cap", type=USD, default=None,
               help="USD per calendar month for this schedule; a run that could pass it is skipped")
 def add(job_file, cron, tz, max_cost, name, follow_file, monthly_cap):
     """Schedule JOB_FILE; a copy of the file is stored now (see --follow-file)."""
