@@ -9,6 +9,7 @@ about 30-40 %); they are not facts about the clouds.
 """
 from __future__ import annotations
 
+import copy
 import json
 
 from tests.support.billing_catalog_server import BillingCatalog, sku
@@ -129,9 +130,16 @@ AWS_GPU_PRICE = {"T4": 0.30, "A10G": 0.80, "V100": 2.40, "A100": 3.00, "H100": 7
                  "L40S": 1.40, "K80": 0.90, "M60": 0.75, "B200": 12.0}
 
 
+_AWS_TYPES: list[dict] = []  # moto's instance types, read once per session (its own static data: 4-6 s a read)
+
+
 def aws_types(ec2) -> list[dict]:
-    """The instance types moto's EC2 knows (its own data, from the real API)."""
-    return [t for page in ec2.get_paginator("describe_instance_types").paginate() for t in page["InstanceTypes"]]
+    """The instance types moto's EC2 knows (its own data, from the real API), read through `ec2` the first time
+    in the session and copied after (each test gets its own copy to change)."""
+    if not _AWS_TYPES:
+        _AWS_TYPES.extend(t for page in ec2.get_paginator("describe_instance_types").paginate()
+                          for t in page["InstanceTypes"])
+    return copy.deepcopy(_AWS_TYPES)
 
 
 def aws_od_price(t: dict) -> float:
