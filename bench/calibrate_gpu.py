@@ -332,10 +332,10 @@ def main() -> None:
                                                      for k, v in r.items()} | {"gpu": gpu, "source": source,
                                                                                "date": today})
         print(f"{section.__name__}: {len(rows)} rows", flush=True)
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
+        with open(out, "w", newline="") as f:  # after each section: a time limit keeps what was measured
+            w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
     print(f"wrote {len(rows)} rows to {out}")
 
 

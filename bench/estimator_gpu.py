@@ -62,6 +62,18 @@ SUITE = [
                                 batch_size=64, precision="bf16")),
     ("t5-small bf16 s256", False, _w(hf=T5, seq_len=256, batch_size=32, precision="bf16")),
     ("bert-base fp32 tf32 s128", False, _w(hf=BERT, seq_len=128, batch_size=32, tf32=True, num_classes=2)),
+    # added 2026-11-28 for the next device run: never fitted (other sizes, optimizers, GradScaler on a transformer)
+    ("resnet50 bf16 fused adam b32", False, _w(model="bench.gpu_models:ResNet50", batch_size=32, precision="bf16",
+                                               optimizer_impl="fused", **IMAGE)),
+    ("vit-small fp16 b64", False, _w(model="bench.gpu_models:ViTSmall", batch_size=64, precision="fp16", **IMAGE)),
+    ("gpt2-6l bf16 s512 b16", False, _w(hf=GPT2 | {"n_layer": 6}, seq_len=512, batch_size=16, precision="bf16")),
+    ("mobilenetv2 bf16 b64", False, _w(model="bench.gpu_models:MobileNetV2", batch_size=64, precision="bf16",
+                                       **IMAGE)),
+    ("lstm h512 bf16 b128", False, _w(model="bench.gpu_models:LSTMClassifier", input_shape=[128], input_dtype="long",
+                                      batch_size=128, precision="bf16")),
+    ("bert-base bf16 s512 b8", False, _w(hf=BERT, seq_len=512, batch_size=8, precision="bf16", num_classes=2)),
+    ("resnet50 sgd for-loop fp32 b128", False, _w(model="bench.gpu_models:ResNet50", batch_size=128, optimizer="sgd",
+                                                  optimizer_impl="for-loop", **IMAGE)),
 ]
 
 

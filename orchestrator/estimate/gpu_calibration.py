@@ -84,6 +84,9 @@ class GpuCalibration:
     # its host's measured dispatch per aten op: (kind, "fp32" | "bf16" under autocast, "fwd" | "bwd") -> seconds
     host_op_seconds: dict[tuple[str, str, str], float] = field(default_factory=dict)
     rnn_launch_seconds: float | None = None  # its host's cuDNN RNN launch, from launch-bound 'lstm' rows
+    # its host's per-parameter-tensor seconds of a step (zero_grad, AccumulateGrad, the optimizer's loop) by
+    # optimizer implementation ('host_param' rows of bench/calibrate_model_kernels.py)
+    host_param_seconds: dict[str, float] = field(default_factory=dict)
 
 
 # The host's dispatch, relative per op by where it is issued: a forward op pays the Python module call and
@@ -155,7 +158,7 @@ def _sample(row: dict) -> tuple[tuple[str, str, str, str], float, int, str] | No
         return ("gemm", dtype, layout, ""), 2.0 * m * n * k, 1, "compute"
     if section == "conv" and (c := _CONV.fullmatch(shape)):
         nb, cin, cout, h, w, ks = (int(v) for v in c.groups())
-        fwd = 2.0 * nb * cout * h * w * cin * ks * ks
+        fwd = 2.0 * nb * cout * h * w * cin * ks * ks / (cin if row["layout"].endswith("/dw") else 1)
         layout = conv_layout(row["layout"], cin)
         bwd = row["pass_"] == "bwd"  # two kernels: the data and the weight gradients
         return ("conv", dtype, layout, row["pass_"]), fwd * (2 if bwd else 1), 2 if bwd else 1, "compute"
@@ -167,6 +170,8 @@ def _sample(row: dict) -> tuple[tuple[str, str, str, str], float, int, str] | No
         b, heads, s, d = (int(v) for v in a.groups())
         flops = 3.5 * kernels.attention_flops(b * heads, s, s, d, d, False)
         return ("attention", dtype, "", ""), flops, 2, "compute"  # forward and backward
+    if section == "mem" and op == "cross_entropy":
+        return None  # measured for the large-vocabulary loss (bench/calibrate_model_kernels.py), not yet fitted
     if section == "mem" and row["gbps"]:
         moved = float(row["gbps"]) * 1e9 * float(row["ms"]) * 1e-3
         if op in ("add", "relu", "copy_", "to_other_dtype"):
@@ -261,6 +266,9 @@ def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
         if spec is not None and row["section"] == "launch" and row["op"] == "mlp20 step adam":
             out.setdefault(spec.name, GpuCalibration(spec.name)).host_unit_seconds = _host_unit(
                 float(row["ms"]) * 1e-3)
+        if spec is not None and row["section"] == "host_param" and row.get("ms"):
+            out.setdefault(spec.name, GpuCalibration(spec.name)).host_param_seconds[row["op"]] = float(row["ms"]) * 1e-3
+            continue
         if spec is not None and row["section"] == "host" and row.get("ms"):
             out.setdefault(spec.name, GpuCalibration(spec.name)).host_op_seconds[
                 (row["op"], row["dtype"], row["pass_"])] = float(row["ms"]) * 1e-3
@@ -345,6 +353,7 @@ def _merged(name: str, catalog_dir: Path) -> tuple[GpuCalibration, str]:
     merged.host_unit_seconds = next((c.host_unit_seconds for c in hosts if c.host_unit_seconds), None)
     merged.host_op_seconds = next((c.host_op_seconds for c in hosts if c.host_op_seconds), {})
     merged.rnn_launch_seconds = next((c.rnn_launch_seconds for c in [own, *donors] if c.rnn_launch_seconds), None)
+    merged.host_param_seconds = next((c.host_param_seconds for c in hosts if c.host_param_seconds), {})
     named = ", ".join(sorted(lenders)) if len(lenders) <= 3 else f"{len(lenders)} measured GPUs"
     if not own.fits:
         basis = f"no kernels measured on the {spec.name}: the pooled fits of {named}"

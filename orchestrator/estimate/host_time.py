@@ -35,8 +35,9 @@ from orchestrator.estimate.gpu_calibration import HOST_WEIGHTS, host_unit_second
 from orchestrator.estimate.step_ops import SYNC_OP
 
 # host_ops.csv, seen loops: self CPU of Optimizer.step (foreach Adam) + zero_grad + AccumulateGrad (and its
-# engine frame) + item() against the number of parameter tensors (8 to 202): a least-squares line, 18 us per tensor
-# and 0.35 ms per step (bench/host_fit.py)
+# engine frame) + item(), deflated by the profiler's own cost, against the number of parameter tensors (8 to 202):
+# a least-squares line (bench/host_fit.py). A calibration's 'host_param' rows (bench/calibrate_model_kernels.py,
+# per optimizer implementation) replace the per-tensor figure where measured.
 PER_PARAM_SECONDS = 23e-6
 OPTIMIZER_STEP_SECONDS = 0.22e-3
 # dispatched / summed host of the seen loops where nothing blocks the host (no RNN, no GradScaler sync):
@@ -96,7 +97,8 @@ def host_seconds(profile, cal, host: HostCpu = REFERENCE_HOST) -> tuple[float, f
             before += cost
     if not any(o.count for o in profile.ops):  # a reference profile: no ops to dispatch, no loop to model
         return 0.0, 0.0
-    per_param = getattr(profile, "param_tensors", 0) * PER_PARAM_SECONDS + OPTIMIZER_STEP_SECONDS
+    per_tensor = cal.host_param_seconds.get(getattr(profile, "optimizer_impl", "foreach"), PER_PARAM_SECONDS)
+    per_param = getattr(profile, "param_tensors", 0) * per_tensor + OPTIMIZER_STEP_SECONDS
     if synced:
         after += per_param
     else:
