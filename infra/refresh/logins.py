@@ -5,15 +5,16 @@ AWS, in boto3's order (boto3.amazonaws.com/v1/documentation/api/latest/guide/cre
 2026-11): AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY, AWS_PROFILE (a profile of ~/.aws/credentials or
 ~/.aws/config), a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE), container credentials
 (AWS_CONTAINER_CREDENTIALS_*_URI), then the files' [default] profile (keys, credential_process, SSO, a role).
-AWS_SHARED_CREDENTIALS_FILE / AWS_CONFIG_FILE move the files. Not looked for: an EC2 instance role (only
-the instance metadata service, a network call, would say).
+AWS_SHARED_CREDENTIALS_FILE / AWS_CONFIG_FILE move the files. Last, on an EC2 instance (its firmware says
+"Amazon EC2" in /sys/class/dmi/id), the instance's role: only the metadata service (a call) says whether
+it has one, which `dlrun check` asks.
 
 GCP (google.auth.default, cloud.google.com/docs/authentication/application-default-credentials, read
 2026-11): GOOGLE_APPLICATION_CREDENTIALS (a key file), else gcloud's application_default_credentials.json
 (CLOUDSDK_CONFIG or ~/.config/gcloud); the project from GOOGLE_CLOUD_PROJECT / CLOUDSDK_CORE_PROJECT, the
 credentials file, or gcloud's active configuration (`gcloud config set project`). DLRUN_GCP_EMULATOR=1 with
-DLRUN_GCP_API_ENDPOINT: an emulator, called without credentials. Not looked for: the metadata server of a
-GCE VM.
+DLRUN_GCP_API_ENDPOINT: an emulator, called without credentials. On a Compute Engine VM ("Google Compute
+Engine" in /sys/class/dmi/id, as google.auth checks), the VM's service account through its metadata server.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+DMI_DIR = Path("/sys/class/dmi/id")  # the machine's firmware identity (Linux)
 AWS_FIX = "run `aws configure` (or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
 GCP_LOGIN_FIX = "run `gcloud auth application-default login`"
 GCP_PROJECT_FIX = "run `gcloud config set project PROJECT_ID` (or set GOOGLE_CLOUD_PROJECT)"
@@ -127,6 +129,8 @@ def aws_login() -> Login:
     found = _aws_profile("default")
     if found is not None:
         return login(f"the default profile: {found[1]} in {found[0]}", account="default")
+    if "Amazon EC2" in _dmi("sys_vendor") + _dmi("product_name"):
+        return login("this EC2 instance's role (from its metadata service)")
     others = [p for p in _aws_profiles() if p != "default"]
     if others:
         return Login("aws", "", "", region, f"no default AWS profile (~/.aws has {', '.join(others[:3])})",
@@ -188,6 +192,9 @@ def gcp_login() -> Login:
     path = adc_file()
     if gcp_emulated():
         source = f"an emulator at {endpoint or '(no DLRUN_GCP_API_ENDPOINT)'} (DLRUN_GCP_EMULATOR=1, no credentials)"
+    elif path is None and on_gce():
+        source = "this Compute Engine VM's service account (from its metadata server)"
+        project = project or "(this VM's project)"
     elif path is None:
         return Login("gcp", "", project, "", "no GCP application default credentials", GCP_LOGIN_FIX)
     elif not path.is_file():
@@ -205,6 +212,17 @@ def gcp_login() -> Login:
     if not project:
         return Login("gcp", source, "", "", "no GCP project configured", GCP_PROJECT_FIX)
     return Login("gcp", source, project, fix=GCP_LOGIN_FIX)
+
+
+def on_gce() -> bool:
+    return "Google Compute Engine" in _dmi("product_name")
+
+
+def _dmi(name: str) -> str:
+    try:
+        return (DMI_DIR / name).read_text().strip()
+    except OSError:
+        return ""
 
 
 def _home_relative(path: Path) -> str:

@@ -76,8 +76,11 @@ def _cloud_lines(c) -> list[str]:
         out += _field("region", f"{login.region} (the default configured)")
     gpu = c.gpu_regions
     reached = f"{len(account.regions)} reached" + (f" ({len(account.down)} down)" if account.down else "")
-    out += _field("regions", f"{reached}; with GPU offers in the catalog: {len(gpu)}"
-                  + (f" ({', '.join(gpu)})" if gpu else ""))
+    listed = f"{len(gpu)}" + (f" ({', '.join(gpu)})" if gpu else "")
+    offered = f"with GPU offers in the catalog: {listed}"
+    if account.regions_error:
+        reached, offered = f"not listed ({account.regions_error})", f"the catalog's with GPU offers: {listed}"
+    out += _field("regions", f"{reached}; {offered}")
     out += _quota_lines(c)
     return out
 

@@ -81,6 +81,7 @@ class CheckReport:
                 "fix": c.login.fix if not c.usable else None, "account": (a.details or None) if a else None,
                 "identity": a.identity if a else None, "error": (a.error or None) if a else None,
                 "regions": list(a.regions) if a else [], "regions_down": list(a.down) if a else [],
+                "regions_error": (a.regions_error or None) if a else None,
                 "gpu_regions": c.gpu_regions, "gpu_quotas": [q.__dict__ for q in c.quotas],
                 "quota_errors": c.quota_errors}
         return {"usable": self.usable(), "clouds": clouds,
@@ -122,7 +123,8 @@ def _check_cloud(cloud: str, progress) -> CloudCheck:
     account = result.account = source.account(clients, login.region)
     if account.error:
         return result
-    result.gpu_regions = sorted(set(account.regions) & _gpu_offer_regions(cloud))
+    offered = _gpu_offer_regions(cloud)  # the regions not listed: the catalog's, quotas read to see
+    result.gpu_regions = sorted(set(account.regions) & offered if not account.regions_error else offered)
     _read_gpu_quotas(result, clients)
     return result
 

@@ -78,3 +78,35 @@ def test_refused_keys_are_not_usable_and_say_what_to_do(clouds):
     assert "aws: not usable — refused" in out and "InvalidClientTokenId" in out
     assert "environment variables AWS_ACCESS_KEY_ID" in out and "aws configure" in out
     assert "aws is not usable" in str(result.exception)
+
+
+def test_regions_that_cannot_be_listed_leave_the_project_usable(clouds, monkeypatch):
+    aws, gce = clouds
+    monkeypatch.setenv("DLRUN_REFRESH_DEADLINE_S", "2")
+    gce.throttle("regions", 1000)  # regions.list keeps answering 403 rateLimitExceeded
+    code, result = invoke(check_command, ["--cloud", "gcp"])
+    assert code == 0, result.output
+    out = result.stdout
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    assert "gcp: usable — project dlrun-test" in out
+    assert "regions       not listed (throttled (HTTP 429)" in out
+    assert "the catalog's with GPU offers: 4 (europe-west4," in " ".join(out.split())
+    assert "not read: us-central1: throttled" in out
+
+
+def test_dlrun_check_as_a_process_in_a_fresh_home(tmp_path):
+    """The console script as a new user runs it: HOME and DLRUN_HOME empty, no cloud variable set."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    dlrun = Path(sys.executable).with_name("dlrun")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "DLRUN_HOME": str(tmp_path / ".dlrun"),
+           "DLRUN_LOCAL_GPUS": "none", "COLUMNS": "80"}
+    proc = subprocess.run([str(dlrun), "check"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 4, proc.stderr
+    assert all(len(line) <= 80 for line in proc.stdout.splitlines()), proc.stdout
+    assert "aws: not usable" in proc.stdout and "gcp: not usable" in proc.stdout and "local: usable" in proc.stdout
+    assert proc.stderr.strip().splitlines() == ["dlrun: error: no cloud is usable (the fixes are above); "
+                                                "`--backend local` runs jobs on this machine"]

@@ -91,3 +91,19 @@ def test_gcp_key_file_and_project_from_gcloud_config(fresh_home, monkeypatch):
     assert login.usable and login.account == "my-proj"
     assert login.source == ("GOOGLE_APPLICATION_CREDENTIALS: service account trainer@p.iam.gserviceaccount.com "
                             "(~/key.json)")
+
+
+def test_an_ec2_instance_or_a_gce_vm_has_its_own_credentials(fresh_home, monkeypatch, tmp_path):
+    from infra.refresh import logins
+
+    dmi = tmp_path / "dmi"
+    dmi.mkdir()
+    monkeypatch.setattr(logins, "DMI_DIR", dmi)  # the firmware's identity, as /sys/class/dmi/id has it
+    (dmi / "sys_vendor").write_text("Amazon EC2\n")
+    assert aws_login().usable and "instance's role" in aws_login().source
+    assert not gcp_login().usable
+    (dmi / "sys_vendor").write_text("Google\n")
+    (dmi / "product_name").write_text("Google Compute Engine\n")
+    assert not aws_login().usable
+    login = gcp_login()
+    assert login.usable and "Compute Engine VM's service account" in login.source
