@@ -113,6 +113,7 @@ def _host_unit(step_seconds: float) -> float:
 _CONV = re.compile(r"n(\d+) c(\d+)->(\d+) (\d+)x(\d+) k(\d+)")
 _LSTM = re.compile(r"b(\d+) s(\d+) h(\d+) L(\d+)")
 _ATTN = re.compile(r"b(\d+) h(\d+) s(\d+) d(\d+)")
+DEPTHWISE = "/dw"  # a convolution layout's mark: one channel per group (step_ops marks them, rows say so)
 RNN_LAUNCH_BOUND_HIDDEN = 256  # an 'lstm' row this narrow or narrower is launch-bound on a datacenter GPU
 _BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 
@@ -158,10 +159,13 @@ def _sample(row: dict) -> tuple[tuple[str, str, str, str], float, int, str] | No
         return ("gemm", dtype, layout, ""), 2.0 * m * n * k, 1, "compute"
     if section == "conv" and (c := _CONV.fullmatch(shape)):
         nb, cin, cout, h, w, ks = (int(v) for v in c.groups())
-        fwd = 2.0 * nb * cout * h * w * cin * ks * ks / (cin if row["layout"].endswith("/dw") else 1)
+        depthwise = row["layout"].endswith(DEPTHWISE)  # one input channel per group
+        fwd = 2.0 * nb * cout * h * w * cin * ks * ks / (cin if depthwise else 1)
         layout = conv_layout(row["layout"], cin)
         bwd = row["pass_"] == "bwd"  # two kernels: the data and the weight gradients
-        return ("conv", dtype, layout, row["pass_"]), fwd * (2 if bwd else 1), 2 if bwd else 1, "compute"
+        cuda_cores = layout == "nchw" + DEPTHWISE  # PyTorch's own kernel, whatever the dtype (gpu_time.math_mode)
+        key = ("conv", "fp32" if cuda_cores else dtype, layout, row["pass_"])
+        return key, fwd * (2 if bwd else 1), 2 if bwd else 1, "compute"
     if section == "lstm" and (m := _LSTM.fullmatch(shape)):
         b, s, h, layers = (int(v) for v in m.groups())
         flops = 3 * layers * kernels.rnn_forward_flops("LSTM", b, s, h, h)
@@ -277,8 +281,9 @@ def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
         if kernel is None:
             continue
         spec, key, work, launches, bound = kernel
-        if (per_launch := _rnn_launch_bound(row)) is not None:  # the host's time, not the kernels'
-            launch_rows.setdefault(spec.name, []).append(per_launch)
+        if launch_bound(row):  # the host's time, not the kernels'
+            if (per_launch := _rnn_launch_seconds(row)) is not None:
+                launch_rows.setdefault(spec.name, []).append(per_launch)
             continue
         out.setdefault(spec.name, GpuCalibration(spec.name)).sources.add(row.get("source", ""))
         samples.setdefault(spec.name, {}).setdefault(key, []).append(
@@ -291,14 +296,20 @@ def _calibrations(catalog_dir: Path) -> dict[str, GpuCalibration]:
     return out
 
 
-def _rnn_launch_bound(row: dict) -> float | None:
-    """Seconds per recorded launch (3 a time step and layer: forward, backward's two) of an 'lstm' row narrow and
-    long enough that its host's launches, not the GPU, set its time; None for other rows."""
+def launch_bound(row: dict) -> bool:
+    """An 'lstm' row narrow enough that its host's launches of every time step's kernels set its time, not the GPU."""
     m = _LSTM.fullmatch(row["shape"]) if row["section"] == "lstm" else None
+    return bool(m) and int(m.group(3)) <= RNN_LAUNCH_BOUND_HIDDEN
+
+
+def _rnn_launch_seconds(row: dict) -> float | None:
+    """Seconds per recorded launch (3 a time step and layer: forward, backward's two) of a launch-bound 'lstm' row
+    long enough (256 steps × layers) that its fixed start does not count; None otherwise."""
+    m = _LSTM.fullmatch(row["shape"]) if launch_bound(row) else None
     if not m:
         return None
-    _, s, h, layers = (int(v) for v in m.groups())
-    return float(row["ms"]) * 1e-3 / (3 * s * layers) if h <= RNN_LAUNCH_BOUND_HIDDEN and s * layers >= 256 else None
+    _, s, _, layers = (int(v) for v in m.groups())
+    return float(row["ms"]) * 1e-3 / (3 * s * layers) if s * layers >= 256 else None
 
 
 def calibrations(catalog_dir: Path | None = None) -> dict[str, GpuCalibration]:

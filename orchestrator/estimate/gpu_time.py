@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from infra.catalog import GpuSpec
 from orchestrator.estimate import kernels
 from orchestrator.estimate.step_ops import SYNC_OP
-from orchestrator.estimate.gpu_calibration import MIN_KERNEL_SECONDS, Fit, GpuCalibration, calibration_for
+from orchestrator.estimate.gpu_calibration import DEPTHWISE, MIN_KERNEL_SECONDS, Fit, GpuCalibration, calibration_for
 from orchestrator.estimate.host_time import REFERENCE_HOST, HostCpu, host_seconds, host_sigma, overlapped
 
 SYNC_SECONDS = 15e-6  # the host waiting on the GPU and starting again
@@ -37,8 +37,12 @@ class StepTime:
     basis: str  # where the calibration comes from, in words
 
 
-def math_mode(kind: str, dtype: str, gpu: GpuSpec, tf32_matmul: bool) -> str:
-    """The math the GPU runs for a kernel: PyTorch's defaults, per kernel class."""
+def math_mode(kind: str, dtype: str, gpu: GpuSpec, tf32_matmul: bool, layout: str = "") -> str:
+    """The math the GPU runs for a kernel: PyTorch's defaults, per kernel class. A depthwise convolution in NCHW runs
+    PyTorch's own CUDA-core kernel whatever its dtype (_conv_depthwise2d: one input channel per output, nothing for a
+    tensor core to tile); channels_last ones go to cuDNN, priced as its other convolutions."""
+    if kind == "conv" and layout == "nchw" + DEPTHWISE:
+        return "fp32"
     if dtype in ("bf16", "fp16"):
         return dtype if gpu.peak_tflops(dtype) > gpu.fp32_tflops else "fp32"
     if not gpu.has_tf32:
@@ -77,7 +81,7 @@ def kernel_seconds(op, gpu: GpuSpec, cal: GpuCalibration, tf32_matmul: bool, spl
         return 0.0, 0.0
     share = 1 if op.phase == "optimizer" else split  # data parallel: every GPU steps the whole optimizer
     flops, moved, launches = op.flops / share, op.bytes / share, op.kernel_launches
-    mode = math_mode(kind, op.dtype or "fp32", gpu, tf32_matmul)
+    mode = math_mode(kind, op.dtype or "fp32", gpu, tf32_matmul, op.layout)
     memory_s = moved / (gpu.memory_bandwidth_gbps * 1e9 * _memory_efficiency(cal))
     pass_ = "bwd" if op.name.endswith("_backward") or op.phase == "backward" else "fwd"
     fit = _find_fit(cal, kind, mode, op.layout, pass_ if kind in ("conv", "norm") else "")

@@ -117,7 +117,7 @@ def test_the_calibration_fits_reproduce_the_kernels_they_were_fitted_to():
     checked, missed = 0, []
     for row in gpu_calibration.rows():
         sample = gpu_calibration._sample(row) if row["gpu"] == "H200" else None
-        if sample is None or gpu_calibration._rnn_launch_bound(row) is not None:
+        if sample is None or gpu_calibration.launch_bound(row):
             continue
         key, work, launches, bound = sample
         key = ("rnn", "tf32", "", "") if key == ("rnn", "fp32", "", "") else key
