@@ -96,3 +96,12 @@ def ItemCNN():
             return self.body(x) * (1.0 if float(x.abs().sum().item()) >= 0 else 0.0)
 
     return Model()
+
+
+def test_submit_takes_a_configured_cluster_as_plan_does(tmp_path, capsys, dlrun_home):
+    """cluster:lab of config.yaml passes --backend in submit too (the job's own mistake is then what is said)."""
+    (dlrun_home / "config.yaml").write_text("clusters:\n  lab:\n    address: http://ray-head:8265\n")
+    path = job_file(tmp_path, workload={**TINY, "input_shape": [1, 8]})
+    for command in ("plan", "submit"):
+        code, err = run(capsys, command, path, "--backend", "cluster:lab")
+        assert code == 2 and "workload.input_shape" in one_line(err)
