@@ -50,6 +50,7 @@ def require_usable(spec, backend: str | None = None) -> dict[str, str]:
     from orchestrator.planning.planner import exclusion_reason, markets, restrict
 
     check_backend(backend)
+    _check_cluster_config()
     spec = restrict(spec, backend)
     unusable = unusable_backends(spec.resources.clouds)
     if not unusable:
@@ -78,3 +79,13 @@ def _configured_clusters(name: str) -> list:
         return selected([name])
     except ClusterConfigError:
         return [name]
+
+
+def _check_cluster_config() -> None:
+    """config.yaml's own mistake (a `clusters:` entry) is said before what it would hide (exit 2)."""
+    from infra.ray_cluster.settings import ClusterConfigError, load_clusters
+
+    try:
+        load_clusters()
+    except ClusterConfigError as e:
+        raise UsageError(str(e)) from None

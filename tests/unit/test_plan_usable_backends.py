@@ -81,3 +81,9 @@ def test_a_run_loop_leaves_out_the_clouds_its_submitted_plan_left_out():
     job_id = store.create_job(name="t", spec_hash="h", spec_json="{}")
     store.add_event(job_id, "plan", {"chosen": "local", "unusable": ["aws", "gcp"]})
     assert unusable_at_submit(None, store, job_id) == {"aws", "gcp"}  # a detached supervisor's re-plans
+
+
+def test_a_mistake_in_config_yaml_is_said_before_the_missing_credentials(tmp_path, dlrun_home):
+    (dlrun_home / "config.yaml").write_text("clusters: {lab: {address: ray-head:8265}}\n")
+    code, result = invoke(cli_plan.plan_command, [job_file(tmp_path, workload=TINY, resources={"clouds": ["aws"]})])
+    assert code == 2 and "clusters.lab.address: expected the dashboard URL" in str(result.exception)
