@@ -95,10 +95,15 @@ def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize):
     from orchestrator.planning.usable import require_usable
     from orchestrator.planning.workload_check import check_workload
     from orchestrator.runs import executor as runner
+    from orchestrator.runs.finished_run import finished_before
     from orchestrator.runs.sigterm import cancel_on_sigterm
 
     cancel_on_sigterm()  # a process manager's or CI's stop cancels and tears down, as Ctrl-C does
     spec = with_objective(load_job(job_file, max_cost=max_cost, deadline=deadline), optimize)
+    done = None if fresh else finished_before(spec, runner.default_store())
+    if done:  # resubmitted after it finished: nothing to train, nothing planned (stdout stays a job id's)
+        click.echo(done, err=detach)
+        return
     require_usable(spec, backend)  # before profiling: only clouds without credentials fit -> exit 4
     check_workload(spec, job_file)  # the model takes workload.input_shape, or exit 2 naming it
     try:
