@@ -58,6 +58,10 @@ def warm_profile(spec, stream=None) -> None:
             from orchestrator.planning.job_probe import PROBE_SECONDS, cached_probe, probe_job
 
             if cached_probe(spec) is None:
+                if spec.image:  # the registry's answer (a mistyped tag, a login) before the job is said timed
+                    from orchestrator.planning.image_check import probe_image
+
+                    probe_image(spec)
                 with profiling_notice(f"the job (until its rate is steady, {PROBE_SECONDS:.0f} s at most)", stream):
                     probe_job(spec)
         return

@@ -49,16 +49,21 @@ def offer_arch(offer) -> str:
 
 def check_image(spec, offers) -> ImagePlan | None:
     """The image's facts for every architecture the offers need; DlrunError (one line) when it cannot run
-    anywhere the job may go."""
+    anywhere the job may go. The registry is read first: its answer (no such tag, no build for the
+    platform, a login needed) is the real problem even where this machine has no container runtime."""
     if not spec.image:
         return None
     from infra.images.reference import parse_reference
-    from infra.images.registry import ImageError, image_facts
-    from orchestrator.errors import ProvisioningFailedError, UsageError
+    from orchestrator.errors import UsageError
 
     ref = parse_reference(spec.image)
     plan = ImagePlan(ref=ref, pull=spec.image_pull or "if-missing")
     able = [o for o in offers if capabilities(o.cloud).containers]
+    if not able:
+        clouds = ", ".join(sorted({o.cloud for o in offers})) or ", ".join(spec.resources.clouds)
+        raise UsageError(f"{spec.name}: image {ref}: {clouds} cannot run a container image; add a cloud or "
+                         "local to resources.clouds")
+    plan.facts, plan.missing = read_registry(ref, sorted({offer_arch(o) for o in able}))
     if any(runs_here(o.cloud) for o in able):
         from infra.images.runtime import INSTALL_HINT, find_runtime, has_image
 
@@ -68,23 +73,48 @@ def check_image(spec, offers) -> ImagePlan | None:
                              f"runtime works here ({plan.runtime.problem}); {INSTALL_HINT}")
         if plan.runtime.path and plan.pull == "if-missing":
             plan.local_cached = has_image(plan.runtime.path, ref.full)
-    if not able:
-        clouds = ", ".join(sorted({o.cloud for o in offers})) or ", ".join(spec.resources.clouds)
-        raise UsageError(f"{spec.name}: image {ref}: {clouds} cannot run a container image; add a cloud or "
-                         "local to resources.clouds")
-    for arch in sorted({offer_arch(o) for o in able}):
+    return plan
+
+
+def read_registry(ref: ImageRef, archs: list[str]) -> tuple[dict[str, ImageFacts], dict[str, str]]:
+    """The registry's facts per architecture, and why there is no build for the others; a missing image or
+    repository, a login needed or refused: UsageError (exit 2), the registry's answer in one line; the
+    registry unreachable or answering nonsense: ProvisioningFailedError (exit 5). No build for any: exit 2."""
+    from infra.images.registry import ImageError, image_facts
+    from orchestrator.errors import ProvisioningFailedError, UsageError
+
+    facts: dict[str, ImageFacts] = {}
+    missing: dict[str, str] = {}
+    for arch in archs:
         try:
-            plan.facts[arch] = image_facts(ref, arch)
+            facts[arch] = image_facts(ref, arch)
         except ImageError as e:
             if e.kind == "platform":
-                plan.missing[arch] = e.message
+                missing[arch] = e.message
                 continue
             if e.kind in ("unreachable", "bad_response"):
                 raise ProvisioningFailedError(e.message) from None
             raise UsageError(e.message) from None
-    if not plan.facts:
-        raise UsageError(next(iter(plan.missing.values())))
-    return plan
+    if not facts:
+        raise UsageError(next(iter(missing.values())))
+    return facts, missing
+
+
+def probe_image(spec) -> None:
+    """Before the probe runs a job's image here (job_probe.py): the registry's answer for the build this
+    machine runs and, where the job may go to a cloud, for linux/amd64 (a mistyped tag, a login needed:
+    one line, exit 2, whether or not a container runtime works here)."""
+    from infra.images.reference import parse_reference
+    from infra.images.registry import node_arch
+    from orchestrator.errors import UsageError
+
+    ref = parse_reference(spec.image)
+    here = node_arch(platform.machine())
+    remote = any(not runs_here(c) for c in spec.resources.clouds)
+    _, missing = read_registry(ref, sorted({here, CLOUD_ARCH} if remote else {here}))
+    if here in missing:
+        raise UsageError(f"{spec.name}: {missing[here]}, and without workload or reference dlrun times the job by "
+                         "running it here in its image: add `workload:` or `reference:` to the job file")
 
 
 def exclusion_reason(image: ImagePlan | None, spec, offer) -> str | None:

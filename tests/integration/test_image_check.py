@@ -166,9 +166,20 @@ def test_no_container_runtime_here_says_what_to_install(tmp_path, monkeypatch):
     with OciRegistry() as reg:
         reg.add_image("team/train", "1.0", {"linux/amd64": [GB]})
         code, result = plan(tmp_path, f"{reg.address}/team/train:1.0")
-        assert not reg.manifest_requests()  # refused before the registry is asked
+        assert reg.manifest_requests()  # the registry has it: what is missing is the runtime
     assert code == 2
     assert "apt-get install podman" in str(result.exception)
+
+
+def test_without_a_container_runtime_a_mistyped_image_is_the_registrys_answer(tmp_path, monkeypatch):
+    """The registry is read before anything that needs a runtime here: its answer is the real problem."""
+    monkeypatch.setenv("DLRUN_CONTAINER_RUNTIME", "podman-nowhere")
+    with OciRegistry(auth="token") as reg:
+        reg.add_image("team/train", "1.0", {"linux/amd64": [GB]})
+        code, result = plan(tmp_path, f"{reg.address}/team/train:1.1")
+    assert code == 2
+    message = str(result.exception)
+    assert "no such tag" in message and "team/train:1.1" in message and "runtime" not in message, message
 
 
 def test_a_registry_on_this_machine_rules_the_clouds_out_saying_why(tmp_path):
