@@ -103,7 +103,7 @@ def check_backends(names: list[str] | None = None, progress=None) -> CheckReport
         if not caps.remote:
             others.append(_local(name, counts=names is not None))
         elif not caps.provisioned:
-            others += _team_clusters(name)
+            others += _team_clusters(name, asked=names is not None)
     return CheckReport(clouds, others)
 
 
@@ -163,8 +163,9 @@ def _local(name: str, counts: bool) -> OtherBackend:
                         "no credentials needed", counts)
 
 
-def _team_clusters(name: str) -> list[OtherBackend]:
-    """Each configured team cluster, asked what it has now (a cluster that does not answer is not usable)."""
+def _team_clusters(name: str, asked: bool) -> list[OtherBackend]:
+    """Each configured team cluster, asked what it has now (a cluster that does not answer is not usable);
+    none configured is said only when asked for."""
     from infra.base import ProviderError
     from infra.ray_cluster.resources import read_nodes
     from infra.ray_cluster.settings import ClusterConfigError, load_clusters
@@ -173,6 +174,11 @@ def _team_clusters(name: str) -> list[OtherBackend]:
         clusters = load_clusters()
     except ClusterConfigError as e:
         return [OtherBackend(name, False, f"config.yaml: {e}", True)]
+    if not clusters and asked:
+        from infra.paths import dlrun_home
+
+        return [OtherBackend(name, False, f"none configured: add one under clusters: in {dlrun_home() / 'config.yaml'}",
+                             True)]
     out = []
     for s in clusters.values():
         try:

@@ -107,3 +107,8 @@ def test_an_ec2_instance_or_a_gce_vm_has_its_own_credentials(fresh_home, monkeyp
     assert not aws_login().usable
     login = gcp_login()
     assert login.usable and "Compute Engine VM's service account" in login.source
+
+
+def test_no_team_cluster_configured(fresh_home):
+    code, result = invoke(check_command, ["--cloud", "cluster"])
+    assert code == 4 and result.stdout.startswith("cluster: not usable — none configured: add one under clusters:")
