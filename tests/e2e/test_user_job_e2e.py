@@ -1,6 +1,6 @@
 """The user-job example (its own train.py and model.py) through `dlrun submit` on a real local Ray
 head, with no PYTHONPATH: the model is profiled from its workdir, the script imports jobs.metrics and
-jobs.checkpoint on the cluster, a resubmit resumes its run and says so, --fresh starts it over."""
+jobs.checkpoint on the cluster, a resubmit of the finished run says so (nothing planned), --fresh starts it over."""
 import os
 import subprocess
 import sys
@@ -30,10 +30,11 @@ def test_user_job_runs_resumes_and_starts_fresh(ray_head, dlrun_home):
     logs = dlrun("logs", first, env=env).stdout
     assert "epoch 30/30" in logs and "DLRUN_" not in logs  # jobs.metrics lines, rendered
 
-    r = dlrun("submit", EXAMPLE, "--backend", "local", env=env)  # the same code: its run continues
+    r = dlrun("submit", EXAMPLE, "--backend", "local", env=env)  # the same code: the same run, which finished
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "resuming user-job from epoch 30 (--fresh to start over)" in r.stderr
-    assert "profiling" not in r.stderr  # the profile is cached with the workdir's content
+    assert r.stdout.startswith(f"user-job: this run already finished: job {first} trained its 30 epochs")
+    assert "--fresh` removes its checkpoints and trains it again" in r.stdout
+    assert "profiling" not in r.stderr and "resuming" not in r.stderr  # nothing planned, nothing run
 
     r = dlrun("submit", EXAMPLE, "--backend", "local", "--fresh", env=env)
     assert r.returncode == 0, r.stderr[-3000:]
