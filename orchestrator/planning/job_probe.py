@@ -1,19 +1,19 @@
 """A job with neither `workload:` nor `reference:` is measured: a short local run of its entrypoint.
 
-The job runs here as it would on the local Ray head (its workdir, its env, `jobs` importable, a `run:` command
-under jobs/tee.py; a job with `image:` in that image, with podman or docker), told by DLRUN_PROBE=1 that this
-is a probe, with a throw-away DLRUN_CHECKPOINT_DIR. Its jobs.metrics lines say how far it got: `progress`
-(share of the run done, 0-1), or epoch/epochs, or step/steps, and optionally samples_per_s; for a script that
-does not call jobs.metrics, jobs/tee.py writes such lines from what it prints (tqdm bars, Lightning's and the
-HF Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own lines win when it has any. The
-probe stops when the job ends, once its rate is stable (the last STABLE_WINDOWS intervals of at least
-STABLE_WINDOW_S each agree within STABLE_TOLERANCE of their mean) and PROBE_MIN_SECONDS have passed, or at
-PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its start may be slow). The run time is the
-time so far plus what is left at the rate of those last intervals (the job's start and a slow first epoch are
+The job runs here as it would on the local Ray head (its workdir, its env, OMP_NUM_THREADS=1 unless set, `jobs`
+importable, a `run:` command under jobs/tee.py; a job with `image:` in that image, with podman or docker, once its
+registry has answered), told by DLRUN_PROBE=1 that this is a probe, with a throw-away DLRUN_CHECKPOINT_DIR. Its
+jobs.metrics lines say how far it got: `progress` (share of the run done, 0-1), or epoch/epochs, or step/steps, and
+optionally samples_per_s; for a script that does not call jobs.metrics, jobs/tee.py writes such lines from what it
+prints (tqdm bars, Lightning's and the HF Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own
+lines win when it has any. The probe stops when the job ends, once its rate is stable (the last STABLE_WINDOWS
+intervals of at least STABLE_WINDOW_S each agree within STABLE_TOLERANCE of their mean) and PROBE_MIN_SECONDS have
+passed, or at PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its start may be slow). The run time
+is the time so far plus what is left at the rate of those last intervals (the job's start and a slow first epoch are
 counted once); the slowest and fastest of them give the range. The CPU the job got meanwhile is measured
-(cpu_share.py): where its threads waited for a CPU (a machine busy with other work), the range reaches down to
-what the job would take alone; a rate that held steady (steady load: likely still there for the run) is
-planned as measured, one still changing at the cap (load that came and went) as the job alone would run. A job
+(cpu_share.py): where its threads waited for a CPU (a machine busy with other work), the range reaches down to what
+the job would take alone; a rate that held steady (steady load: likely still there for the run) is planned as
+measured, one still changing at the cap (load that came and went) as the job alone would run. A job
 that ends by itself (exit 0) within the probe is timed to its end, progress or not. The result is cached by
 the job's command, env, image and workdir content. A job that fails during the probe, or reports nothing before
 PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
@@ -47,9 +47,12 @@ STABLE_WINDOW_S = 2.0  # the rate is read over intervals this long at least ...
 STABLE_WINDOWS = 3  # ... the last this many of them ...
 STABLE_TOLERANCE = 0.15  # ... agreeing within this share of their mean
 SAMPLE_S = 0.5  # how often the CPU the job got is sampled
-PROBE_VERSION = 3  # 2: `run:` commands under jobs/tee.py, a finished job timed without progress; 3: stable
-#                    rate, range and CPU share
+PROBE_VERSION = 4  # 2: `run:` commands under jobs/tee.py, a finished job timed without progress; 3: stable
+#                    rate, range and CPU share; 4: one OpenMP thread unless the job sets it, as on Ray
 TAIL_LINES = 3  # of the job's output, in the error of a failed probe
+# Ray's job entrypoint inherits it from the supervisor actor, which holds no CPU: a worker's OMP_NUM_THREADS, if
+# unset, is set to its CPUs or 1 (ray/_private/utils.py set_omp_num_threads_if_unset); torch runs one thread
+RAY_ENTRYPOINT_OMP_THREADS = "1"
 ASK_FOR_FIELDS = ("add `workload:` (model, input_shape, batch_size, dataset_size, epochs) or `reference:` "
                   "(accelerator, hours) to the job file, or call jobs.metrics.report(epoch=, epochs=) in it")
 
@@ -178,11 +181,14 @@ def probe_job(spec, *, refresh: bool = False) -> ProbeResult:
         return cached
     from orchestrator.runs.entrypoint import entrypoint
 
+    if spec.image:  # the registry's answer (a mistyped tag, a login) before anything needs a runtime here
+        from orchestrator.planning.image_check import probe_image
+
+        probe_image(spec)
     with tempfile.TemporaryDirectory(prefix="dlrun-probe-") as tmp:
         cwd = os.getcwd() if spec.run else tmp
         if spec.workdir:  # a copy, as Ray runs a job in its unpacked working_dir: what it writes is not the code
-            cwd = shutil.copytree(spec.workdir, os.path.join(tmp, "work"), symlinks=False,
-                                  ignore=shutil.ignore_patterns(*EXCLUDES, *(f"*{s}" for s in EXCLUDED_SUFFIXES)))
+            cwd = shutil.copytree(spec.workdir, os.path.join(tmp, "work"), symlinks=False, ignore=_not_copied)
         result = run_probe(spec.name, _probe_command(spec, entrypoint), cwd=cwd, env=_probe_env(spec, tmp, cwd))
     path = cache_path(spec)
     part = path.with_suffix(".tmp")
@@ -191,17 +197,24 @@ def probe_job(spec, *, refresh: bool = False) -> ProbeResult:
     return result
 
 
+def _not_copied(src: str, names: list[str]) -> set[str]:
+    """Left out of the probe's copy: Ray's excludes, and what is neither file nor folder (a server's socket)."""
+    skip = set(shutil.ignore_patterns(*EXCLUDES, *(f"*{s}" for s in EXCLUDED_SUFFIXES))(src, names))
+    return skip | {n for n in names if not os.path.isfile(p := os.path.join(src, n)) and not os.path.isdir(p)}
+
+
 def _probe_command(spec, entrypoint) -> str:
     """The job as the local Ray head runs it; with `image:`, in that image (the job's environment is the image's,
-    and so is its speed): podman or docker here, else the probe cannot run (entrypoint's one line, plus what
-    else the user can do)."""
+    and so is its speed): podman or docker here, else the probe cannot run (entrypoint's one line, plus the
+    three ways to time the job). The registry has already answered for the image (probe_job)."""
     from orchestrator.errors import UsageError
 
     try:
         return entrypoint(spec, local=True, workers=1, image="runtime" if spec.image else "")
     except UsageError as e:  # no container runtime here (runs/entrypoint.py container_command)
-        raise SpecError(f"{e}; without workload or reference dlrun measures the job by a short run in its image "
-                        f"here: install one, or {ASK_FOR_FIELDS}") from None
+        raise SpecError(f"{e}; or add `workload:` (model, input_shape, batch_size, dataset_size, epochs) or "
+                        "`reference:` (accelerator, hours) to the job file: without them dlrun times the job by "
+                        "running it briefly in its image here") from None
 
 
 def _probe_env(spec, tmp: str, cwd: str) -> dict[str, str]:
@@ -210,6 +223,8 @@ def _probe_env(spec, tmp: str, cwd: str) -> dict[str, str]:
     env = child_env(cwd)
     env.pop("RAY_ADDRESS", None)  # jobs.metrics: print only, no Ray gauges
     env.update(spec.env)
+    # as Ray gives it: with torch's default (a thread per core) a probe beside a busy process thrashed, 10-70x slower
+    env.setdefault("OMP_NUM_THREADS", RAY_ENTRYPOINT_OMP_THREADS)
     # as on the local Ray head (runtime_env): `python` is dlrun's own interpreter
     env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"
     env.update({PROBE_ENV: "1", "DLRUN_CHECKPOINT_DIR": os.path.join(tmp, "checkpoints"),
