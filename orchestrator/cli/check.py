@@ -61,8 +61,8 @@ def report_lines(report) -> list[str]:
 def _cloud_lines(c) -> list[str]:
     login, account = c.login, c.account
     if not c.usable:
-        out = _wrap(f"{c.cloud}: not usable — {c.problem.split(': run ')[0] if not login.usable else 'refused'}",
-                    "  ")
+        why = login.missing if not login.usable else _kind(account.error if account is not None else "")
+        out = _wrap(f"{c.cloud}: not usable — {why}", "  ")
         if login.source:
             out += _field("credentials", login.source)
         if account is not None and account.error:
@@ -85,7 +85,18 @@ def _cloud_lines(c) -> list[str]:
     return out
 
 
+def _kind(error: str) -> str:
+    """The kind a failed read opens with (infra/refresh/answers.py): refused, timed out, throttled, ..."""
+    from infra.refresh.answers import is_refusal
+
+    return "refused" if is_refusal(error) else error.split(" (")[0].split(":")[0] or "not reached"
+
+
 def _refused_fix(c) -> str:
+    from infra.refresh.answers import is_refusal
+
+    if c.account is not None and not is_refusal(c.account.error):
+        return "check this machine's network (or the cloud's status) and run `dlrun check` again"
     return f"log in again: {c.login.fix}"
 
 

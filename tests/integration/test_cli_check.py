@@ -110,3 +110,15 @@ def test_dlrun_check_as_a_process_in_a_fresh_home(tmp_path):
     assert "aws: not usable" in proc.stdout and "gcp: not usable" in proc.stdout and "local: usable" in proc.stdout
     assert proc.stderr.strip().splitlines() == ["dlrun: error: no cloud is usable (the fixes are above); "
                                                 "`--backend local` runs jobs on this machine"]
+
+
+def test_a_project_that_does_not_answer_is_not_usable_and_says_to_try_again(clouds, monkeypatch):
+    aws, gce = clouds
+    monkeypatch.setenv("DLRUN_REFRESH_DEADLINE_S", "2")
+    gce.throttle("project", 1000)  # projects.get keeps answering 403 rateLimitExceeded
+    code, result = invoke(check_command, ["--cloud", "gcp"])
+    assert code == 4, result.output
+    out = result.stdout
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    assert out.startswith("gcp: not usable — throttled") or out.startswith("gcp: not usable — timed out"), out
+    assert "run `dlrun check` again" in out and "log in again" not in out
