@@ -121,4 +121,4 @@ def test_a_project_that_does_not_answer_is_not_usable_and_says_to_try_again(clou
     out = result.stdout
     assert all(len(line) <= 80 for line in out.splitlines()), out
     assert out.startswith("gcp: not usable — throttled") or out.startswith("gcp: not usable — timed out"), out
-    assert "run `dlrun check` again" in out and "log in again" not in out
+    assert "run `dlrun check` again" in " ".join(out.split()) and "log in again" not in out
