@@ -8,6 +8,8 @@ derives from the suite's *seen* loops only:
   against the number of parameter tensors;
 - REAL_STEP_FACTOR: the geometric mean of dispatched / the host model's sum (before the factor) over the loops where
   nothing blocks the host (no cuDNN RNN, no GradScaler sync);
+- RNN_STEP_FACTOR: the same for cuDNN RNN launches, from the seen loops with an RNN (their dispatch less the rest of
+  their host time, over their launches priced from the launch-bound 'lstm' rows);
 - OVERLAP_P: the p of the smooth maximum (host^p + GPU^p)^(1/p) that best fits step wall against (dispatched, busy).
 Then it prints, for seen and held-out loops alike, the measured dispatch against the model's host time with the
 constants in host_time.py now, so a held-out loop's error is what the constants really miss.
@@ -74,7 +76,8 @@ def main() -> None:
         p = profile_now(Workload(**fields), measure_local=False)
         before, after = host_time.host_seconds(p, cal)
         blocked = any(o.kind == "rnn" for o in p.ops) or any(o.name == SYNC_OP for o in p.ops)
-        loops.append(dict(name=name, seen=seen, profile=p, host=before + after, blocked=blocked,
+        rnn = sum(host_time.op_host_seconds(o, cal, False) for o in p.ops if o.kind == "rnn")
+        loops.append(dict(name=name, seen=seen, profile=p, host=before + after, blocked=blocked, rnn=rnn,
                           dispatched=float(steps[name]["dispatched_ms"]) * 1e-3,
                           wall=float(steps[name]["wall_ms"]) * 1e-3, busy=busy.get(name, 0.0),
                           gpu=gpu_step(p, spec).gpu_seconds))
@@ -91,6 +94,13 @@ def main() -> None:
     factor = math.exp(statistics.mean(math.log(lp["dispatched"] / (lp["host"] / host_time.REAL_STEP_FACTOR))
                                       for lp in free))
     print(f"REAL_STEP_FACTOR = {factor:.2f} (seen loops nothing blocks: {', '.join(lp['name'] for lp in free)})")
+    rnn_loops = [lp for lp in seen if lp["rnn"] > 0]
+    if rnn_loops:
+        rnn_factor = math.exp(statistics.mean(
+            math.log((lp["dispatched"] - (lp["host"] - lp["rnn"])) / (lp["rnn"] / host_time.RNN_STEP_FACTOR))
+            for lp in rnn_loops))
+        print(f"RNN_STEP_FACTOR = {rnn_factor:.2f} (seen loops with cuDNN RNNs: "
+              f"{', '.join(lp['name'] for lp in rnn_loops)})")
     both = [lp for lp in seen if lp["busy"] > 0]
 
     def p_error(p: float) -> float:

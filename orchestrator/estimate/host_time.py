@@ -38,11 +38,14 @@ from orchestrator.estimate.step_ops import SYNC_OP
 # engine frame) + item(), deflated by the profiler's own cost, against the number of parameter tensors (8 to 202):
 # a least-squares line (bench/host_fit.py). A calibration's 'host_param' rows (bench/calibrate_model_kernels.py,
 # per optimizer implementation) replace the per-tensor figure where measured.
-PER_PARAM_SECONDS = 23e-6
-OPTIMIZER_STEP_SECONDS = 0.22e-3
+PER_PARAM_SECONDS = 24e-6
+OPTIMIZER_STEP_SECONDS = 0.25e-3
 # dispatched / summed host of the seen loops where nothing blocks the host (no RNN, no GradScaler sync):
 # geometric mean (bench/host_fit.py)
-REAL_STEP_FACTOR = 1.25
+REAL_STEP_FACTOR = 1.27
+# the same for cuDNN's RNN launches: a training step's (seen LSTM loop: its dispatch but for the rest of its ops)
+# over the launch-bound 'lstm' rows' bare forward + backward, per launch (bench/host_fit.py)
+RNN_STEP_FACTOR = 1.68
 # step wall against (dispatch, GPU busy) of the seen loops: the p of the smooth maximum that fits them best
 OVERLAP_P = 5.0
 LOOP_SECONDS = 60e-6  # fetching the batch, the copy's dispatch, loss.item()
@@ -68,17 +71,17 @@ def rnn_launch_seconds(cal) -> float:
 
 
 def op_host_seconds(op, cal, autocast: bool) -> float:
-    """Host seconds of all `op.count` calls of one recorded op, on the calibration's host, before the factor."""
+    """Host seconds of all `op.count` calls of one recorded op, on the calibration's host, in a real step."""
     measured = cal.host_op_seconds
     if op.kind == "rnn":  # the host launches each time step's kernels
-        return op.kernel_launches * rnn_launch_seconds(cal)
+        return op.kernel_launches * rnn_launch_seconds(cal) * RNN_STEP_FACTOR
     if op.kind == "host":
-        return 0.0 if measured else op.count * host_unit_seconds(cal) * HOST_WEIGHTS["host"]
+        return 0.0 if measured else op.count * host_unit_seconds(cal) * HOST_WEIGHTS["host"] * REAL_STEP_FACTOR
     pass_ = {"forward": "fwd", "backward": "bwd"}.get(op.phase, "")
     seconds = measured.get((op.kind, "bf16" if autocast else "fp32", pass_))
     if seconds is None:
         seconds = host_unit_seconds(cal) * HOST_WEIGHTS[op.phase or "backward"]
-    return op.count * seconds
+    return op.count * seconds * REAL_STEP_FACTOR
 
 
 def host_seconds(profile, cal, host: HostCpu = REFERENCE_HOST) -> tuple[float, float]:
@@ -99,13 +102,13 @@ def host_seconds(profile, cal, host: HostCpu = REFERENCE_HOST) -> tuple[float, f
         return 0.0, 0.0
     per_tensor = cal.host_param_seconds.get(getattr(profile, "optimizer_impl", "foreach"), PER_PARAM_SECONDS)
     per_param = getattr(profile, "param_tensors", 0) * per_tensor + OPTIMIZER_STEP_SECONDS
+    per_param *= REAL_STEP_FACTOR
     if synced:
         after += per_param
     else:
         before += per_param
-    before += LOOP_SECONDS
-    scale = REAL_STEP_FACTOR / host.speed
-    return before * scale, after * scale
+    before += LOOP_SECONDS * REAL_STEP_FACTOR
+    return before / host.speed, after / host.speed
 
 
 def overlapped(host: float, gpu: float) -> float:

@@ -75,8 +75,8 @@ def test_measured_host_costs_price_their_class_and_the_prior_the_rest(tmp_path, 
     view = OpCost(name="(views and allocations)", count=3, flops=0, bytes=0, kind="host")
     adam = OpCost(name="_foreach_add_", count=2, flops=0, bytes=0, kind="optimizer", phase="optimizer")
     assert host_time.op_host_seconds(view, cal, autocast=False) == 0.0  # inside the measured costs
-    assert host_time.op_host_seconds(adam, cal, autocast=False) == 2 * unit * gpu_calibration.HOST_WEIGHTS[
-        "optimizer"]
+    assert host_time.op_host_seconds(adam, cal, autocast=False) == pytest.approx(
+        2 * unit * gpu_calibration.HOST_WEIGHTS["optimizer"] * host_time.REAL_STEP_FACTOR)
 
 
 def test_autocast_steps_use_the_costs_measured_under_autocast(tmp_path, monkeypatch):
@@ -85,8 +85,9 @@ def test_autocast_steps_use_the_costs_measured_under_autocast(tmp_path, monkeypa
     cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
     conv = next(o for o in p.ops if o.kind == "conv" and o.phase == "forward")
     unit = gpu_calibration.host_unit_seconds(cal)
-    assert host_time.op_host_seconds(conv, cal, autocast=True) == conv.count * unit  # no bf16 row: the prior
-    assert host_time.op_host_seconds(conv, cal, autocast=False) == pytest.approx(conv.count * 0.5e-3)
+    factor = host_time.REAL_STEP_FACTOR
+    assert host_time.op_host_seconds(conv, cal, autocast=True) == pytest.approx(conv.count * unit * factor)  # prior
+    assert host_time.op_host_seconds(conv, cal, autocast=False) == pytest.approx(conv.count * 0.5e-3 * factor)
 
 
 def test_without_host_rows_every_op_is_priced_by_the_prior(tmp_path, monkeypatch):
@@ -95,7 +96,7 @@ def test_without_host_rows_every_op_is_priced_by_the_prior(tmp_path, monkeypatch
     assert cal.host_op_seconds == {}
     view = OpCost(name="(views and allocations)", count=4, flops=0, bytes=0, kind="host")
     assert host_time.op_host_seconds(view, cal, autocast=False) == pytest.approx(
-        4 * gpu_calibration.host_unit_seconds(cal) * gpu_calibration.HOST_WEIGHTS["host"])
+        4 * gpu_calibration.host_unit_seconds(cal) * gpu_calibration.HOST_WEIGHTS["host"] * host_time.REAL_STEP_FACTOR)
 
 
 def test_the_shipped_h200_host_rows_come_from_the_device_run():
