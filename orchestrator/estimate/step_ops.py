@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 from orchestrator.estimate import kernels
 
@@ -29,9 +30,9 @@ class OpCost:
     count: int
     flops: float
     bytes: float
-    kind: str = ""  # kernels.KernelKind; "" in a reference profile (priced as gemm with FLOPs, else elementwise)
+    kind: kernels.KernelKind | Literal[""] = ""  # "": a reference profile (gemm with FLOPs, else elementwise)
     dtype: str = ""  # fp32 | bf16 | fp16: the tensors' (the math mode, TF32 or not, is the GPU's: gpu_time.py)
-    layout: str = ""  # a convolution's input: nchw | nhwc (channels_last)
+    layout: str = ""  # a convolution's input: nchw | nhwc (channels_last), /dw depthwise; a GEMM's unaligned
     launches: int = 0  # kernel launches over the calls (0: one per call); an RNN's: its time steps
     phase: str = ""  # forward | backward | optimizer
     width: int = 0  # a convolution's implicit GEMM's narrower side (out channels or in channels × taps, per group);
