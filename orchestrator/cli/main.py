@@ -11,7 +11,7 @@ import time
 
 import click
 
-from orchestrator.cli.params import BACKEND_METAVAR, USD
+from orchestrator.cli.params import BACKEND_METAVAR, USD, override_options
 from orchestrator.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_TERMINATED, DlrunError,
                                  UsageError)
 
@@ -85,13 +85,15 @@ def cli():
 @click.option("--fresh", is_flag=True, help="start the run over: remove its checkpoints instead of resuming")
 @click.option("--optimize", type=click.Choice(["cost", "time"]), default=None,
               help="run on the cheapest (cost) or the fastest (time) backend that fits")
-def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize):
+@override_options
+def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize, overrides):
     """Plan, provision, run and watch JOB_FILE; always tears down what it started."""
     from orchestrator.cli.plan import warm_profile, with_objective
     from orchestrator.cli.render.plan_table import choice_line
     from orchestrator.cli.render.display import make_display
     from orchestrator.errors import NothingFitsError
     from orchestrator.planning.spec import load_job
+    from orchestrator.planning.overrides import with_overrides
     from orchestrator.planning.usable import require_usable
     from orchestrator.planning.workload_check import check_workload
     from orchestrator.runs import executor as runner
@@ -99,7 +101,8 @@ def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize):
     from orchestrator.runs.sigterm import cancel_on_sigterm
 
     cancel_on_sigterm()  # a process manager's or CI's stop cancels and tears down, as Ctrl-C does
-    spec = with_objective(load_job(job_file, max_cost=max_cost, deadline=deadline), optimize)
+    spec = with_objective(with_overrides(load_job(job_file, max_cost=max_cost, deadline=deadline), overrides),
+                          optimize)
     done = None if fresh else finished_before(spec, runner.default_store())
     if done:  # resubmitted after it finished: nothing to train, nothing planned (stdout stays a job id's)
         click.echo(done, err=detach)

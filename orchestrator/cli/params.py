@@ -29,3 +29,32 @@ class Usd(click.ParamType):
 
 
 USD = Usd()
+
+
+def override_options(command):
+    """--gpus, --cloud, --region, --spot/--on-demand, --env: the job file's resources and env for this run
+    (planning/overrides.py); the command gets them as one `overrides` (an Overrides)."""
+    import functools
+
+    options = [
+        click.option("--gpus", default=None, metavar="NAME:COUNT", help="the GPUs to run on, e.g. T4:1 "
+                     "(overrides resources.accelerators)"),
+        click.option("--cloud", "clouds", multiple=True, metavar="BACKEND",
+                     help="plan on this backend, repeatable (overrides resources.clouds)"),
+        click.option("--region", "regions", multiple=True, help="only this region, repeatable "
+                     "(overrides resources.regions)"),
+        click.option("--spot/--on-demand", "spot", default=None,
+                     help="spot only, or on-demand only (overrides resources.spot)"),
+        click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="an environment variable of "
+                     "the job, repeatable (added to env:)"),
+    ]
+
+    @functools.wraps(command)
+    def wrapper(*args, gpus, clouds, regions, spot, env, **kwargs):
+        from orchestrator.planning.overrides import Overrides
+
+        return command(*args, overrides=Overrides(gpus, tuple(clouds), tuple(regions), spot, tuple(env)), **kwargs)
+
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper

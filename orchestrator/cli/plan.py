@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.params import BACKEND_METAVAR, USD
+from orchestrator.cli.params import BACKEND_METAVAR, USD, override_options
 from orchestrator.cli.render.summary import plural
 from orchestrator.errors import NothingFitsError, UsageError
 
@@ -106,16 +106,17 @@ def print_plan(plan, show_all: bool = False) -> None:
               help="pick the cheapest (cost) or the fastest (time) candidate that fits")
 @click.option("--any-cloud", is_flag=True,
               help="also choose among clouds without credentials here (to compare before setting one up)")
-def plan_command(job_file, max_cost, deadline, backend, as_json, plot_path, show_all, optimize, any_cloud):
+@override_options
+def plan_command(job_file, max_cost, deadline, backend, as_json, plot_path, show_all, optimize, any_cloud, overrides):
     """Predict hours and dollars on every backend and pick the cheapest that fits."""
+    from orchestrator.planning.overrides import with_overrides
     from orchestrator.planning.spec import load_job
     from orchestrator.planning.usable import check_backend, require_usable
     from orchestrator.planning.workload_check import check_workload
 
-    spec = with_objective(load_job(job_file, max_cost=max_cost, deadline=deadline), optimize)
-    check_backend(backend)
-    if not any_cloud:
-        require_usable(spec, backend)
+    spec = with_objective(with_overrides(load_job(job_file, max_cost=max_cost, deadline=deadline), overrides),
+                          optimize)
+    check_backend(backend) if any_cloud else require_usable(spec, backend)  # before profiling: exit 2, 4
     check_workload(spec, job_file)
     warm_profile(spec)
     result = run_plan(spec, backend, any_cloud=any_cloud)
