@@ -85,9 +85,11 @@ def cli():
 @click.option("--fresh", is_flag=True, help="start the run over: remove its checkpoints instead of resuming")
 @click.option("--optimize", type=click.Choice(["cost", "time"]), default=None,
               help="run on the cheapest (cost) or the fastest (time) backend that fits")
+@click.option("--yes", "-y", is_flag=True, help="start without asking (asked only at a terminal, for a billed backend)")
 @override_options
-def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize, overrides):
+def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize, yes, overrides):
     """Plan, provision, run and watch JOB_FILE; always tears down what it started."""
+    from orchestrator.cli.confirm import launch_approved
     from orchestrator.cli.plan import warm_profile, with_objective
     from orchestrator.cli.render.plan_table import choice_line
     from orchestrator.cli.render.display import make_display
@@ -118,6 +120,9 @@ def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize, overr
         raise
     except KeyboardInterrupt as e:
         raise type(e)("while planning; nothing was started") from None
+    if not (yes or detach or launch_approved(plan, spec)):
+        click.echo("not started: nothing was launched or billed", err=True)
+        return
     if detach:
         res = runner.submit(spec, backend=backend, detach=True, plan=plan, fresh=fresh)
         click.echo(res.job_id)
