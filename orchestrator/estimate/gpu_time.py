@@ -40,7 +40,9 @@ class StepTime:
 def math_mode(kind: str, dtype: str, gpu: GpuSpec, tf32_matmul: bool, layout: str = "") -> str:
     """The math the GPU runs for a kernel: PyTorch's defaults, per kernel class. A depthwise convolution in NCHW runs
     PyTorch's own CUDA-core kernel whatever its dtype (_conv_depthwise2d: one input channel per output, nothing for a
-    tensor core to tile); channels_last ones go to cuDNN, priced as its other convolutions."""
+    tensor core to tile); channels_last ones go to cuDNN, priced as its other convolutions. Fused attention on fp32
+    tensors is the memory-efficient kernel's fp32 path whatever the TF32 setting (flash and cuDNN attention take only
+    half precision): the H200's fp32 SDPA rows, not its TF32 GEMMs."""
     if kind == "conv" and layout == "nchw" + DEPTHWISE:
         return "fp32"
     if dtype in ("bf16", "fp16"):
@@ -49,7 +51,7 @@ def math_mode(kind: str, dtype: str, gpu: GpuSpec, tf32_matmul: bool, layout: st
         return "fp32"
     if kind in ("conv", "rnn"):
         return "tf32"  # cudnn.allow_tf32 defaults to True
-    return "tf32" if tf32_matmul and kind in ("gemm", "attention") else "fp32"
+    return "tf32" if tf32_matmul and kind == "gemm" else "fp32"
 
 
 def _find_fit(cal: GpuCalibration, kind: str, mode: str, layout: str, pass_: str) -> Fit | None:

@@ -88,6 +88,9 @@ def test_tf32_for_fp32_convolutions_and_rnns_from_ampere_on_and_matmuls_only_whe
     assert gpu_time.math_mode("rnn", "fp32", a100, False) == "tf32"
     assert gpu_time.math_mode("gemm", "fp32", a100, False) == "fp32"
     assert gpu_time.math_mode("gemm", "fp32", a100, True) == "tf32"
+    assert gpu_time.math_mode("attention", "fp32", a100, True) == "fp32"  # memory-efficient SDPA's fp32 path
+    assert gpu_time.math_mode("conv", "bf16", a100, False, "nchw/dw") == "fp32"  # PyTorch's CUDA-core kernel
+    assert gpu_time.math_mode("conv", "bf16", a100, False, "nhwc/dw") == "bf16"  # cuDNN's
     assert gpu_time.math_mode("conv", "fp32", v100, True) == "fp32"  # Volta has no TF32
     assert gpu_time.math_mode("gemm", "bf16", v100, False) == "fp32"  # nor bf16 tensor cores
     assert gpu_time.math_mode("gemm", "fp16", v100, False) == "fp16"
