@@ -152,6 +152,8 @@ def render_plan(plan, console=None, show_all: bool = False) -> None:
         e = plan.chosen.estimate
         console.print(f"step on {e.accelerator}: {e.step_seconds * 1000:.1f} ms (90 %: {e.step_low * 1000:.1f}–"
                       f"{e.step_high * 1000:.1f} ms; {e.basis}); the budget is checked against the high end")
+        if e.detail:
+            console.print(f"  {e.detail}", overflow="fold")
     objective = "fastest" if plan.optimize == "time" else "cheapest"
     if plan.chosen:
         console.print(f"chosen: [bold]{choice_line(plan).removeprefix('running on ')}[/] — the {objective} that fits")
