@@ -79,8 +79,9 @@ SUITE = [
 ]
 
 
-def training_step(workload):
-    """One step of the plain loop a user writes for `workload` on the GPU, as a callable."""
+def plain_step(workload):
+    """The plain loop a user writes for `workload` on the GPU, one step as a callable `run(dispatched=None)`:
+    `dispatched()` is called once every op of the step is queued, before `loss.item()` waits for the GPU."""
     import torch
 
     from orchestrator.estimate.profile import build_model, loss_of, make_batch
@@ -98,8 +99,7 @@ def training_step(workload):
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(workload.precision)
     scaler = torch.amp.GradScaler("cuda", enabled=workload.precision == "fp16")
 
-    def step() -> float:
-        t0 = time.perf_counter()
+    def run(dispatched=None) -> None:
         xb, yb = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
         with torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None):
             loss = loss_of(model(xb), yb, workload.num_classes)
@@ -107,7 +107,20 @@ def training_step(workload):
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
+        if dispatched:
+            dispatched()
         loss.item()
+
+    return run
+
+
+def training_step(workload):
+    """One step of the plain loop (plain_step) as a callable returning its seconds."""
+    run = plain_step(workload)
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        run()
         return time.perf_counter() - t0
 
     return step

@@ -23,34 +23,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 def timed_parts(workload):
     """One step of the suite's loop as a callable returning (wall, dispatched, dispatch thread CPU) seconds."""
-    import torch
+    from estimator_gpu import plain_step
 
-    from orchestrator.estimate.profile import build_model, loss_of, make_batch
-
-    tf32, memory_format, impl = workload.math
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    model = build_model(workload, "cuda").train()
-    x, y = make_batch(workload, "cpu")
-    if memory_format == "channels_last":
-        model = model.to(memory_format=torch.channels_last)
-        x = x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
-    x, y = x.pin_memory(), y.pin_memory()
-    opt = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}.get(workload.optimizer, torch.optim.SGD)(
-        model.parameters(), lr=1e-3, **({"fused": True} if impl == "fused" else {"foreach": impl == "foreach"}))
-    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(workload.precision)
-    scaler = torch.amp.GradScaler("cuda", enabled=workload.precision == "fp16")
+    run = plain_step(workload)
 
     def step():
         t0, c0 = time.perf_counter(), time.thread_time()
-        xb, yb = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
-        with torch.autocast("cuda", dtype=half or torch.float32, enabled=half is not None):
-            loss = loss_of(model(xb), yb, workload.num_classes)
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        t1, c1 = time.perf_counter(), time.thread_time()
-        loss.item()
+        marks: list[tuple[float, float]] = []
+        run(lambda: marks.append((time.perf_counter(), time.thread_time())))
+        t1, c1 = marks[0]
         return time.perf_counter() - t0, t1 - t0, c1 - c0
 
     return step
