@@ -8,7 +8,7 @@ import click
 
 from orchestrator.cli.params import BACKEND_METAVAR, USD, override_options
 from orchestrator.cli.render.summary import plural
-from orchestrator.errors import NothingFitsError, UsageError
+from orchestrator.errors import NothingFitsError
 
 if TYPE_CHECKING:
     from infra.refresh.quotas import Quota, QuotaBook
@@ -148,22 +148,23 @@ def catalog_group(ctx, gpu, cloud, region):
     from rich.table import Table
 
     from infra.catalog import load_offers
+    from orchestrator.cli.catalog_filters import filters_text, gpu_key, known_gpu, known_region, not_offered
 
     all_offers = load_offers()
-    want, count = _known_gpu(gpu, all_offers) if gpu else (None, None)
+    want, count = known_gpu(gpu, all_offers) if gpu else (None, None)
     if region:
-        _known_region(region, cloud, all_offers)
+        known_region(region, cloud, all_offers)
 
     def has_gpu(o) -> bool:
-        return want is None or (bool(o.accelerator) and _gpu_key(o.accelerator) == want
+        return want is None or (bool(o.accelerator) and gpu_key(o.accelerator) == want
                                 and (count is None or o.accelerator_count == count))
 
     offers = [o for o in all_offers if (cloud is None or o.cloud == cloud) and has_gpu(o)
               and (region is None or o.region == region)]
     if not offers:  # each filter is known, their combination is not offered: say where it is
         where = sorted({f"{o.cloud} {o.region}" for o in all_offers if has_gpu(o)})
-        click.echo(f"no catalog offer has {_filters(gpu if want else None, cloud, region)}; "
-                   f"{gpu if want else 'offers'} {'is' if want else 'are'} offered in: {', '.join(where)}", err=True)
+        offered = not_offered(gpu, want, count, all_offers, has_gpu) if want else f"offers are in: {', '.join(where)}"
+        click.echo(f"no catalog offer has {filters_text(gpu if want else None, cloud, region)}; {offered}", err=True)
         return
     table = Table(title=f"catalog: {plural(len(offers), 'offer')}")
     for col in ("cloud", "region", "instance", "GPU", "GPU GB", "vCPU", "RAM GB", "$/h", "spot $/h",
@@ -177,58 +178,6 @@ def catalog_group(ctx, gpu, cloud, region):
                       f"{o.gpu_memory_gb:g}", str(o.vcpus), f"{o.memory_gb:g}",
                       f"{o.price_per_hour:.4f}{gcp_parts}", spot, o.price_date, o.spot_price_date)
     _console().print(table)
-
-
-def _suggest(word: str, known: list[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(word, known, n=3, cutoff=0.5) or \
-        difflib.get_close_matches(word.lower(), [k.lower() for k in known], n=3, cutoff=0.5)
-    return f"; did you mean {' or '.join(close)}?" if close else ""
-
-
-def _gpu_key(name: str) -> str:
-    """A GPU's name as the filter compares it: gpus.csv's canonical name (aliases folded), else the offer's own
-    (a GPU type a refresh found that gpus.csv does not list yet, e.g. B200), upper-cased."""
-    from infra.catalog import canonical_gpu
-
-    return canonical_gpu(name) or name.upper()
-
-
-def _known_gpu(gpu: str, offers) -> tuple[str, int | None]:
-    """--gpu: any GPU `dlrun catalog` prints (gpus.csv's, or an offer's), optionally with its count as printed
-    (B200×8, B200x8, B200:8)."""
-    import re
-
-    m = re.fullmatch(r"(.+?)(?:\s*[×xX:]\s*(\d+))?", gpu.strip())
-    name, count = (m.group(1), int(m.group(2)) if m.group(2) else None) if m else (gpu, None)
-    offered = {_gpu_key(o.accelerator) for o in offers if o.accelerator}
-    for candidate, n in ((name, count), (gpu.strip(), None)):  # "MI300X" is a name, not MI300 x nothing
-        if _gpu_key(candidate) in offered:
-            return _gpu_key(candidate), n
-    from infra.catalog import canonical_gpu, gpu_names
-
-    if canonical_gpu(name) is not None:  # known, offered nowhere: the caller says so
-        return _gpu_key(name), count
-    names = list(dict.fromkeys([*gpu_names(), *sorted(offered)]))
-    raise UsageError(f"--gpu: unknown GPU '{gpu}'{_suggest(name.upper(), names)} (known: {', '.join(names)})")
-
-
-def _known_region(region: str, cloud: str | None, offers) -> None:
-    regions = sorted({o.region for o in offers if cloud is None or o.cloud == cloud})
-    if region in regions:
-        return
-    elsewhere = sorted({o.cloud for o in offers if o.region == region})
-    if elsewhere:
-        raise UsageError(f"--region: '{region}' is a {'/'.join(elsewhere)} region, not {cloud}'s; "
-                         f"drop --cloud or pick one of: {', '.join(regions)}")
-    raise UsageError(f"--region: no{f' {cloud}' if cloud else ''} region '{region}' in the catalog"
-                     f"{_suggest(region, regions)} (regions: {', '.join(regions)})")
-
-
-def _filters(gpu, cloud, region) -> str:
-    parts = [f"GPU {gpu}" if gpu else "", f"cloud {cloud}" if cloud else "", f"region {region}" if region else ""]
-    return ", ".join(p for p in parts if p)
 
 
 @catalog_group.command("refresh")
@@ -340,8 +289,10 @@ def _quota_regions(cloud: str | None, regions: tuple[str, ...]) -> dict[str, set
 
     wanted: dict[str, set[str]] = {c: set() for c in ([cloud] if cloud else CATALOG_CLOUDS)}
     offers = load_offers()
+    from orchestrator.cli.catalog_filters import known_region
+
     for r in regions:
-        _known_region(r, cloud, offers)
+        known_region(r, cloud, offers)
     for o in offers:
         if o.cloud in wanted and (not regions or o.region in regions):
             wanted[o.cloud].add(o.region)

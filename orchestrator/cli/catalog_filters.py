@@ -1,0 +1,71 @@
+"""`dlrun catalog`'s filters: a GPU (with its count, as the table prints it), a region, and the words for them."""
+from __future__ import annotations
+
+from orchestrator.errors import UsageError
+
+
+def suggest(word: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, known, n=3, cutoff=0.5) or \
+        difflib.get_close_matches(word.lower(), [k.lower() for k in known], n=3, cutoff=0.5)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def gpu_key(name: str) -> str:
+    """A GPU's name as the filter compares it: gpus.csv's canonical name (aliases folded), else the offer's own
+    (a GPU type a refresh found that gpus.csv does not list yet, e.g. B200), upper-cased."""
+    from infra.catalog import canonical_gpu
+
+    return canonical_gpu(name) or name.upper()
+
+
+def known_gpu(gpu: str, offers) -> tuple[str, int | None]:
+    """--gpu: any GPU `dlrun catalog` prints (gpus.csv's, or an offer's), optionally with its count as printed
+    (B200×8, B200x8, B200:8)."""
+    import re
+
+    m = re.fullmatch(r"(.+?)(?:\s*[×xX:]\s*(\d+))?", gpu.strip())
+    name, count = (m.group(1), int(m.group(2)) if m.group(2) else None) if m else (gpu, None)
+    offered = {gpu_key(o.accelerator) for o in offers if o.accelerator}
+    tries = ((name, count), (gpu.strip(), None))  # "MI300X" is a name, not MI300 x nothing; "RTX4090" not RT x 4090
+    for candidate, n in tries:
+        if gpu_key(candidate) in offered:
+            return gpu_key(candidate), n
+    from infra.catalog import canonical_gpu, gpu_names
+
+    for candidate, n in tries:
+        if canonical_gpu(candidate) is not None:  # known, offered nowhere: the caller says so
+            return gpu_key(candidate), n
+    names = list(dict.fromkeys([*gpu_names(), *sorted(offered)]))
+    near = suggest(gpu.strip().upper(), names) or suggest(name.upper(), names)
+    raise UsageError(f"--gpu: unknown GPU '{gpu}'{near} (known: {', '.join(names)})")
+
+
+def known_region(region: str, cloud: str | None, offers) -> None:
+    regions = sorted({o.region for o in offers if cloud is None or o.cloud == cloud})
+    if region in regions:
+        return
+    elsewhere = sorted({o.cloud for o in offers if o.region == region})
+    if elsewhere:
+        raise UsageError(f"--region: '{region}' is a {'/'.join(elsewhere)} region, not {cloud}'s; "
+                         f"drop --cloud or pick one of: {', '.join(regions)}")
+    raise UsageError(f"--region: no{f' {cloud}' if cloud else ''} region '{region}' in the catalog"
+                     f"{suggest(region, regions)} (regions: {', '.join(regions)})")
+
+
+def filters_text(gpu, cloud, region) -> str:
+    parts = [f"GPU {gpu}" if gpu else "", f"cloud {cloud}" if cloud else "", f"region {region}" if region else ""]
+    return ", ".join(p for p in parts if p)
+
+
+def not_offered(gpu: str, want: str, count: int | None, offers, has_gpu) -> str:
+    """Where a known GPU is offered when the filters leave nothing: the regions, the counts it comes in, or
+    that no cloud offers it."""
+    where = sorted({f"{o.cloud} {o.region}" for o in offers if has_gpu(o)})
+    if where:
+        return f"{gpu} is offered in: {', '.join(where)}"
+    counts = sorted({o.accelerator_count for o in offers if o.accelerator and gpu_key(o.accelerator) == want})
+    if counts:
+        return f"{want} comes {', '.join(f'{want}×{n}' for n in counts)}, not ×{count}"
+    return f"{gpu} is in dlrun's GPU table, but no cloud of the catalog offers it (this machine's is planned as local)"
