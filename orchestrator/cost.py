@@ -15,3 +15,23 @@ class CostMeter:
 
     def accrued(self, now: float) -> float:
         return self.previous + node_seconds_cost(self.price, self.start, now)
+
+
+def usd(amount: float, places: int = 2) -> str:
+    """$12.50, $36,000.00; an amount under a cent keeps two significant digits ($0.0012), never '$0.00'."""
+    import math
+
+    if amount and abs(amount) < 10 ** -places:  # two significant digits, a trailing zero dropped: $0.0001
+        places = min(8, -math.floor(math.log10(abs(amount))) + 1)
+        return f"${amount:,.{places}f}".rstrip("0")
+    return f"${amount:,.{places}f}"
+
+
+def usd_apart(a: float, b: float) -> tuple[str, str]:
+    """Two amounts with the decimals that tell them apart when they differ ($0.0213 > $0.0200, never
+    '$0.02 > $0.02'), two at least."""
+    for places in range(2, 9):
+        shown = usd(a, places), usd(b, places)
+        if a == b or shown[0] != shown[1]:
+            return shown
+    return shown

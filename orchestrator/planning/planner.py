@@ -13,6 +13,7 @@ from infra import capabilities, runs_here, selects
 from infra.catalog import Offer, canonical_gpu, sold_markets
 from infra.refresh.cache import LAUNCH_QUOTA_AGE_S
 from infra.identity import owner_identity
+from orchestrator.cost import usd_apart
 from orchestrator.planning import blocks, image_check, local_requirements, plan_inputs, software
 from orchestrator.estimate.estimator import Estimate, estimate, history_from_store
 from orchestrator.planning.storage_plan import candidate_checkpoint, check_checkpoint, storage_notes
@@ -82,8 +83,9 @@ class Plan:
 
     def nothing_fits_message(self) -> str:
         if self.cheapest_feasible_cost_ignoring_budget is not None and self.max_cost is not None:
-            return (f"nothing fits the budget of ${self.max_cost:.2f}: the cheapest candidate that would work "
-                    f"costs up to ${self.cheapest_feasible_cost_ignoring_budget:.2f}; raise --max-cost")
+            budget, cheapest = usd_apart(self.max_cost, self.cheapest_feasible_cost_ignoring_budget)
+            return (f"nothing fits the budget of {budget}: the cheapest candidate that would work costs up to "
+                    f"{cheapest}; raise --max-cost")
         if self.fastest_hours_ignoring_deadline is not None and self.deadline_seconds is not None:
             which = f"the default deadline ({self.default_deadline}, config.yaml)" if self.default_deadline \
                 else "the deadline"
@@ -289,7 +291,7 @@ def plan(spec, offers: list[Offer], *, blocked: frozenset[str] = frozenset(), st
             why = market_reason or (est.why_not if not est.fits else None) or no_bucket
             market_reason = market_reason or no_bucket
             if why is None and max_cost is not None and est.cost_high > max_cost:  # the range's high end
-                why = f"est. ${est.cost_high:.2f} > budget ${max_cost:.2f}"  # the high end (the "up to" column)
+                why = "est. {} > budget {}".format(*usd_apart(est.cost_high, max_cost))  # the "up to" column
             if why is None and deadline is not None and est.total_seconds > deadline:
                 why = f"est. {est.hours:.2f} h > deadline {deadline / 3600:.2f} h"
             if offer.cloud in unusable and reason is None:  # ruled out first by its missing credentials

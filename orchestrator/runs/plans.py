@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from orchestrator.cost import usd
 from orchestrator.errors import NothingFitsError
 from orchestrator.planning.spec import JobSpec
 from orchestrator.runs.context import job_record
@@ -49,7 +50,7 @@ def require_choice(plan: Plan, spec: JobSpec) -> Candidate:
     if plan.quota_raise:  # the account's quotas, not the budget: say which to raise
         raise NothingFitsError(f"{spec.name}: {plan.nothing_fits_message()}", plan=plan)
     cheapest = plan.cheapest_feasible_cost_ignoring_budget
-    hint = f"; the cheapest that would work costs ${cheapest:.2f} (raise --max-cost)" if cheapest else \
+    hint = f"; the cheapest that would work costs {usd(cheapest)} (raise --max-cost)" if cheapest else \
         "; relax the deadline, accelerators or clouds"
     raise NothingFitsError(f"{spec.name}: no backend fits the budget/deadline{hint}", plan=plan)
 

@@ -87,3 +87,11 @@ def test_a_mistake_in_config_yaml_is_said_before_the_missing_credentials(tmp_pat
     (dlrun_home / "config.yaml").write_text("clusters: {lab: {address: ray-head:8265}}\n")
     code, result = invoke(cli_plan.plan_command, [job_file(tmp_path, workload=TINY, resources={"clouds": ["aws"]})])
     assert code == 2 and "clusters.lab.address: expected the dashboard URL" in str(result.exception)
+
+
+def test_amounts_that_differ_read_different():
+    from orchestrator.cost import usd, usd_apart
+
+    assert usd_apart(0.0203, 0.02) == ("$0.0203", "$0.0200")  # never "est. $0.02 > budget $0.02"
+    assert usd_apart(0.0001, 0.0025) == ("$0.0001", "$0.0025")  # never "costs up to $0.00"
+    assert [usd(v) for v in (0.0012, 0.5, 36000)] == ["$0.0012", "$0.50", "$36,000.00"]
