@@ -175,6 +175,14 @@ def local_check(workload, others=("H100", "A100", "L4")) -> None:
               f"{alone.step_seconds * 1e3:.2f} ms")
 
 
+def class_line(recorded: dict[str, float], predicted) -> str:
+    """A model's recorded GPU ms per kernel class beside the prediction's (gpu_time.StepTime), and its host."""
+    kinds = sorted(k for k in set(recorded) | set(predicted.by_kind) if k != "host")
+    return ("    GPU ms, recorded/predicted: " + ", ".join(
+        f"{k} {recorded.get(k, 0.0):.1f}/{predicted.by_kind.get(k, 0.0) * 1e3:.1f}" for k in kinds)
+        + f"; host {predicted.host_seconds * 1e3:.1f} predicted")
+
+
 def local_gpu_name_of(device_name: str) -> str | None:
     """The GPU of the table an nvidia-smi name is ('NVIDIA H200' -> 'H200')."""
     from infra.catalog import gpu_spec
@@ -187,6 +195,29 @@ def local_gpu_name_of(device_name: str) -> str | None:
     return None
 
 
+def _what_to_compare(args):
+    """(measure on this GPU?, the GPU to predict for, where the measurements come from, recorded steps by model,
+    recorded GPU ms per class by model)."""
+    import torch
+
+    import gpu_breakdown
+
+    from infra.local.gpus import local_gpu_name
+
+    if args.measured:
+        ran_on, recorded = recorded_steps(args.measured)
+        classes = {}
+        if args.classes and (args.measured / "breakdown.csv").exists():
+            classes = gpu_breakdown.recorded_classes(args.measured / "breakdown.csv")
+        gpu = args.gpu or local_gpu_name_of(ran_on) or "H200"
+        return False, gpu, f"measured on an {ran_on or gpu}, recorded in {args.measured}", recorded, classes
+    cuda = torch.cuda.is_available()
+    gpu = args.gpu or (local_gpu_name() if cuda else None) or "H200"
+    where = (f"measured on this machine's {torch.cuda.get_device_name()}" if cuda
+             else "no CUDA GPU here: predictions only")
+    return cuda, gpu, where, {}, {}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", help="the GPU of the table to predict for (default: this machine's, else H200)")
@@ -196,6 +227,8 @@ def main() -> None:
     ap.add_argument("--local-check", action="store_true",
                     help="also time the first model of the suite as dlrun's profile does and scale it per class")
     ap.add_argument("--measured", type=Path, help="a device run's output folder: its measured steps, no GPU needed")
+    ap.add_argument("--classes", action="store_true", help="with --measured: under each model, its recorded GPU time "
+                                                           "per kernel class against the prediction's")
     ap.add_argument("--breakdown", type=Path, help="write per kernel class measured vs predicted ms (torch.profiler) "
                                                    "and each model's top ops to this CSV")
     args = ap.parse_args()
@@ -203,19 +236,9 @@ def main() -> None:
 
     import gpu_breakdown
 
-    from infra.local.gpus import local_gpu_name
     from orchestrator.estimate.workload import Workload
 
-    recorded: dict[str, float] = {}
-    if args.measured:
-        ran_on, recorded = recorded_steps(args.measured)
-        cuda, gpu = False, args.gpu or local_gpu_name_of(ran_on) or "H200"
-        where = f"measured on an {ran_on or gpu}, recorded in {args.measured}"
-    else:
-        cuda = torch.cuda.is_available()
-        gpu = args.gpu or (local_gpu_name() if cuda else None) or "H200"
-        where = (f"measured on this machine's {torch.cuda.get_device_name()}" if cuda
-                 else "no CUDA GPU here: predictions only")
+    cuda, gpu, where, recorded, classes = _what_to_compare(args)
     print(f"# estimator_gpu: predicted for {gpu}; {where}; torch {torch.__version__}")
     print(f"{'model':34s} {'measured':>10s} {'predicted':>10s} {'range':>19s} {'ratio':>6s}  in range  set")
     started, ratios, breakdown = time.perf_counter(), {True: [], False: []}, []
@@ -246,6 +269,8 @@ def main() -> None:
         ratios[seen].append(ratio)
         print(f"{name:34s} {meas * 1e3:9.2f}ms {pred * 1e3:9.2f}ms {span} {ratio:6.2f}  "
               f"{'yes' if low <= meas <= high else 'NO':8s}  {'seen' if seen else 'held out'}", flush=True)
+        if name in classes:
+            print(class_line(classes[name], predicted))
     if breakdown:
         print(f"breakdown: {len(breakdown)} rows in {args.breakdown}")
     if args.local_check and cuda:

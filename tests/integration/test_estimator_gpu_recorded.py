@@ -30,3 +30,18 @@ def test_the_recorded_h200_run_is_predicted_without_a_gpu(tmp_path):
     assert set(summary) == {"seen", "held out"}
     for gm, worst in summary.values():
         assert gm <= 1.25 and worst <= 1.6, summary
+
+
+def test_the_recorded_breakdown_is_read_with_todays_classes(tmp_path):
+    """The run's breakdown counted cuDNN's RNN kernels as elementwise (13.7 ms of the LSTM's); read back, they are
+    the RNN class, beside the prediction's."""
+    out = subprocess.run([sys.executable, "bench/estimator_gpu.py", "--measured", str(RUN), "--classes", "--only",
+                          "lstm h1024 fp32,gpt2 bf16 s1024"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={"DLRUN_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    lstm = lines[lines.index(next(ln for ln in lines if ln.startswith("lstm h1024 fp32"))) + 1]
+    cells = dict(re.findall(r"(\w+) ([\d.]+)/[\d.]+", lstm))
+    assert float(cells["rnn"]) > 13 and float(cells["elementwise"]) < 1, lstm
+    gpt2 = lines[lines.index(next(ln for ln in lines if ln.startswith("gpt2 bf16 s1024"))) + 1]
+    assert float(dict(re.findall(r"(\w+) ([\d.]+)/[\d.]+", gpt2))["attention"]) > 3, gpt2
