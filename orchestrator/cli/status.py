@@ -65,19 +65,48 @@ def show_jobs(limit: int = 20, as_json: bool = False) -> None:
     if as_json:
         click.echo(json.dumps([job_dict(store, j) for j in jobs], indent=2))
         return
-    from rich.table import Table
-
+    if not jobs:
+        click.echo("no jobs yet: `dlrun plan JOB_FILE` says where a job would run and what it costs, "
+                   "`dlrun submit JOB_FILE` runs it (examples: configs/examples/)")
+        return
     from orchestrator.cli.render.summary import console
 
-    t = Table(title="dlrun jobs")
-    for col in ("job", "name", "status", "backend", "est $", "cost $", "max $", "age", "reported"):
-        t.add_column(col, justify="right" if col.endswith("$") else "left")
     now = time.time()
-    for j in jobs:
-        t.add_row(j.id, j.name, _colour(j.status), job_backend_name(store, j) if j.backend else "-",
-                  _money(j.est_cost), _money(accrued_cost(store, j, now)), _money(j.max_cost),
-                  _age(now - j.created_at), reported(j.metrics, skip=("epochs",)) or "-")
-    console().print(t)
+    rows = [(j.id, j.name, _colour(j.status), job_backend_name(store, j) if j.backend else "-", _money(j.est_cost),
+             _money(accrued_cost(store, j, now)), _money(j.max_cost), _age(now - j.created_at),
+             reported(j.metrics, skip=("epochs",)) or "-") for j in jobs]
+    out = console()
+    out.print(_jobs_table(rows, out.width))
+
+
+COLUMNS = ("job", "name", "status", "backend", "est $", "cost $", "max $", "age", "reported")
+FREE = ("name", "backend", "reported")  # free text: truncated first, down to MIN_FREE characters
+DROPPED_FIRST = ("max $", "est $", "age")  # then these columns go; the id, the status and the cost stay whole
+MIN_FREE = 6
+
+
+def _jobs_table(rows: list[tuple], width: int):
+    """The jobs as a table that fits `width`: free text truncated with '…', then optional columns left out."""
+    from rich.table import Table
+    from rich.text import Text
+
+    need = {c: max([len(c)] + [len(Text.from_markup(r[i]).plain) for r in rows]) for i, c in enumerate(COLUMNS)}
+    shown = list(COLUMNS)
+    for drop in (None, *DROPPED_FIRST):
+        if drop is not None:
+            shown.remove(drop)
+        fixed = sum(need[c] for c in shown if c not in FREE) + 3 * len(shown) + 1  # borders and padding
+        if fixed + MIN_FREE * sum(c in FREE for c in shown) <= width:
+            break
+    room, wanted = width - fixed, sum(need[c] for c in shown if c in FREE)
+    t = Table(title="dlrun jobs")
+    for c in shown:
+        cap = max(MIN_FREE, min(need[c], room * need[c] // max(wanted, 1))) if c in FREE else need[c]
+        t.add_column(c, justify="right" if c.endswith("$") else "left", no_wrap=True, overflow="ellipsis",
+                     min_width=None if c in FREE else cap, max_width=cap)
+    for r in rows:
+        t.add_row(*(cell for c, cell in zip(COLUMNS, r, strict=True) if c in shown))
+    return t
 
 
 def show_job(job_id: str, as_json: bool = False) -> None:
