@@ -45,17 +45,25 @@ def cost_report(as_json):
 @click.option("--open", "open_browser", is_flag=True, help="open it in a browser")
 @click.option("--metrics", is_flag=True, help="also start Prometheus and Grafana when installed")
 @click.option("--no-login", is_flag=True, help="print the plain dashboard URL (the browser asks for the token)")
-def dashboard(job_id, open_browser, metrics, no_login):
+@click.option("--url", "url_only", is_flag=True, help="print the plain dashboard URL and exit at once (for scripts)")
+def dashboard(job_id, open_browser, metrics, no_login, url_only):
     """The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head).
 
     Prints a one-use link that logs the browser in (the cluster's Ray token, as the dashboard's own
-    cookie) and lands on the dashboard; it waits until the link is opened (5 minutes at most)."""
+    cookie) and lands on the dashboard; it waits until the link is opened (5 minutes at most).
+    --url prints the plain URL and exits at once."""
     from orchestrator.monitoring.dashboard import find_dashboard, hold_open, login_link, wait_for_login
     from orchestrator.state.db import default_store
 
     board = find_dashboard(default_store(), job_id)
     if board.foreign_head:
         click.echo("(a Ray head dlrun did not start; dlrun attaches to it for local jobs)", err=True)
+    if url_only:
+        click.echo(board.url)
+        if board.tunnel is not None:
+            click.echo("(the SSH tunnel to the cloud head closes as this command exits: `dlrun dashboard "
+                       f"{job_id or ''}` keeps it open)".replace("  ", " "), err=True)
+        return
     login = None if no_login else login_link(board)
     click.echo(login.url if login else board.url)
     if login:
