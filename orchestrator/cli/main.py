@@ -35,6 +35,8 @@ LAZY_COMMANDS = {
               "Which backends can run a job: credentials, account, regions, GPU quotas; what fixes the rest."),
     "dashboard": ("orchestrator.cli.report", "dashboard",
                   "The Ray dashboard URL of JOB's cluster (local, or through an SSH tunnel to a cloud head)."),
+    "ui": ("orchestrator.cli.ui", "ui_command",
+           "Web pages of every job, its plan, curves and logs, schedules and cost (127.0.0.1, with a token)."),
 }
 
 
@@ -140,7 +142,26 @@ def submit(job_file, max_cost, deadline, backend, detach, fresh, optimize, yes, 
     from orchestrator.state.db import default_store
 
     click.echo(result_line(default_store(), res.job_id))  # the one line that says how it ended
+    left = head_left_up(default_store(), res.job_id)
+    if left:
+        click.echo(left, err=True)
     sys.exit(res.exit_code)
+
+
+def head_left_up(store, job_id: str) -> str:
+    """What stays up after a job on this machine: the Ray head dlrun started (kept for the next job and the
+    dashboard), and how to stop it; "" for a cloud job (its cluster is gone) or a head dlrun did not start."""
+    from infra import capabilities
+    from infra.local.head import recorded_head
+
+    job = store.get_job(job_id)
+    if job is None or not job.backend or capabilities(job.backend).remote:
+        return ""
+    head = recorded_head()
+    if head is None or not head.started_by_dlrun:
+        return ""
+    return (f"the local Ray head stays up for the next job and its dashboard ({head.dashboard_url}); "
+            "`dlrun down` stops it")
 
 
 def _interrupted_summary(since: float) -> str:
