@@ -78,9 +78,28 @@ def record_job(spec: JobSpec, plan: Plan, *, store: Store | None = None, schedul
     store.add_event(job_id, "plan", {"chosen": chosen.offer.label, "spot": chosen.spot,
                                      "est_hours": est.hours, "est_cost": est.cost,
                                      "est_start_seconds": est.start_seconds,
-                                     "unusable": sorted(plan.unusable)})  # no credentials: out of re-plans too
+                                     "unusable": sorted(plan.unusable),  # no credentials: out of re-plans too
+                                     "candidates": candidate_points(plan)})  # what `dlrun ui` draws
     record_run(store, job_id, spec, schedule_id=schedule_id)
     return job_id
+
+
+PLAN_POINTS_MAX = 400  # candidates kept with a job's plan (ranked: the feasible ones first)
+
+
+def candidate_points(plan: Plan) -> list[dict]:
+    """Every candidate as the job's page draws it: hours against dollars, chosen or why it was left out."""
+    import math
+
+    points = []
+    for c in plan.ranked[:PLAN_POINTS_MAX]:
+        hours, cost = c.estimate.hours, c.estimate.cost
+        if not (math.isfinite(hours) and math.isfinite(cost)):
+            continue
+        points.append({"offer": c.offer.label + (" spot" if c.spot else ""), "backend": c.backend,
+                       "hours": round(hours, 5), "cost": round(cost, 5), "feasible": c.feasible,
+                       "chosen": c.chosen, "why": c.reason})
+    return points
 
 
 def spawn_supervisor(job_id: str, resume: bool = False) -> int:

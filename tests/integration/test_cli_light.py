@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("pydantic", "ray", "torch", "boto3", "botocore", "google", "moto", "matplotlib", "sklearn", "numpy")
+HEAVY = ("pydantic", "ray", "torch", "boto3", "botocore", "google", "moto", "matplotlib", "sklearn", "numpy",
+         "aiohttp", "jinja2", "orchestrator.ui")  # the last three: `dlrun ui`'s web app
 HELPS = [[], ["submit"], ["status"], ["logs"], ["cancel"], ["down"], ["schema"], ["plan"], ["catalog"],
          ["catalog", "refresh"], ["schedule"], ["schedule", "add"], ["schedule", "list"], ["schedule", "runs"],
          ["schedule", "remove"], ["schedule", "pause"], ["schedule", "resume"], ["scheduler"], ["cost-report"],
-         ["dashboard"]]
+         ["dashboard"], ["ui"]]
 
 
 def modules_after(argv: list[str]) -> tuple[str, list[str]]:
