@@ -7,6 +7,8 @@ Rows in the catalog's kernel format (configs/catalog/gpu_kernels*.csv), appended
   (30,522: even; 50,257: odd), bf16 and fp16;
 - mem 'batchnorm2d' at few channels and large maps (MobileNet's first blocks), fp32 NCHW, forward and backward;
 - mem 'cross_entropy': log-softmax + NLL over a large vocabulary, fp32 logits, forward + backward;
+- mem 'maxpool2d', layout 'pool': max pooling forward and its backward (a scatter through the indices: VGG11 fp16's
+  first one took 1.9 ms on the H200, a sixth of the bandwidth), fp32 and fp16;
 - host_param, op = optimizer implementation: host seconds per parameter tensor of a step's per-tensor work (zero_grad,
   AccumulateGrad, the optimizer's loop) for Adam foreach, fused and for-loop: the slope between steps over 64 and
   512 tiny tensors (GPU work negligible), what orchestrator/estimate/host_time.py's PER_PARAM_SECONDS prices.
@@ -38,6 +40,7 @@ VOCAB_GEMMS = ["8192x50257x768", "8192x768x50257", "50257x768x8192", "4096x30522
                "30522x768x4096", "8192x32000x1024"]
 FEW_CHANNEL_BN = [(128, 16, 112), (128, 32, 112), (128, 96, 112), (256, 64, 56), (128, 144, 56)]
 VOCAB_CE = [(8192, 50257), (4096, 30522), (8192, 32128)]
+MAXPOOLS = [(64, 64, 224, 2, 2), (64, 128, 112, 2, 2), (64, 64, 112, 3, 2), (128, 256, 56, 2, 2)]  # n c hw k stride
 
 
 def _shapes(shapes: list, quick: bool) -> list:
@@ -137,6 +140,25 @@ def memory_rows(quick: bool):
                    gbps=round(4 * logits.numel() * 4 / ms / 1e6, 1))
 
 
+def pool_rows(quick: bool):
+    import torch
+
+    for n, c, hw, k, stride in _shapes(MAXPOOLS, quick):
+        for dtype, dt in (("fp32", torch.float32), ("fp16", torch.float16)):
+            x = torch.randn(n, c, hw, hw, device=DEVICE, dtype=dt).requires_grad_()
+            y = torch.nn.functional.max_pool2d(x, k, stride, padding=k // 2 if k == 3 else 0)
+            g = torch.randn_like(y)
+            moved = (x.numel() + y.numel()) * x.element_size()
+            shape = f"n{n} c{c} {hw}x{hw} k{k} s{stride}"
+            fwd = timed(lambda x=x, k=k, stride=stride: torch.nn.functional.max_pool2d(
+                x, k, stride, padding=k // 2 if k == 3 else 0))
+            bwd = timed(lambda y=y, g=g, x=x: torch.autograd.grad(y, x, g, retain_graph=True))
+            yield dict(section="mem", op="maxpool2d", dtype=dtype, layout="pool", shape=shape, pass_="fwd", ms=fwd,
+                       gbps=round(moved / fwd / 1e6, 1))
+            yield dict(section="mem", op="maxpool2d", dtype=dtype, layout="pool", shape=shape, pass_="bwd", ms=bwd,
+                       gbps=round((moved + x.numel() * x.element_size()) / bwd / 1e6, 1))
+
+
 def host_param_rows(quick: bool):
     """Host seconds per parameter tensor of zero_grad + backward's AccumulateGrad + optimizer.step."""
     import torch
@@ -194,7 +216,7 @@ def main() -> None:
         w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
         if new:
             w.writeheader()
-        for section in (depthwise_rows, vocab_gemm_rows, memory_rows, host_param_rows):
+        for section in (depthwise_rows, vocab_gemm_rows, memory_rows, pool_rows, host_param_rows):
             n = 0
             for row in section(args.quick):
                 row = {k: (f"{v:.5g}" if isinstance(v, float) else v) for k, v in row.items()}

@@ -180,6 +180,8 @@ def _sample(row: dict) -> tuple[tuple[str, str, str, str], float, int, str] | No
         moved = float(row["gbps"]) * 1e9 * float(row["ms"]) * 1e-3
         if op in ("add", "relu", "copy_", "to_other_dtype"):
             return ("elementwise", dtype, "", ""), moved, 1, "memory"
+        if op == "maxpool2d":  # pooling: its backward scatters through the indices
+            return ("elementwise", dtype, kernels.POOL, row["pass_"]), moved, 1, "memory"
         return ("norm", dtype, "batch" if op.startswith("batchnorm") else "", row["pass_"]), moved, 1, "memory"
     if section == "optim" and op in OPTIMIZER_BYTES_PER_PARAM:
         tensors, numel = (int(v) for v in re.findall(r"\d+", shape)[:2])

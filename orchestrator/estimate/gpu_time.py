@@ -86,7 +86,7 @@ def kernel_seconds(op, gpu: GpuSpec, cal: GpuCalibration, tf32_matmul: bool, spl
     mode = math_mode(kind, op.dtype or "fp32", gpu, tf32_matmul, op.layout)
     memory_s = moved / (gpu.memory_bandwidth_gbps * 1e9 * _memory_efficiency(cal))
     pass_ = "bwd" if op.name.endswith("_backward") or op.phase == "backward" else "fwd"
-    fit = _find_fit(cal, kind, mode, op.layout, pass_ if kind in ("conv", "norm") else "")
+    fit = _find_fit(cal, kind, mode, op.layout, pass_ if kind in ("conv", "norm") or op.layout == kernels.POOL else "")
     if fit is None:
         return max(memory_s, launches * MIN_KERNEL_SECONDS), 0.3
     if kind in kernels.COMPUTE_KINDS and flops > 0:

@@ -85,6 +85,13 @@ def foreach_launches(numels: list[int], depth: int) -> int:
     return max(-(-len(numels) // per_launch), -(-chunks // _MAX_BLOCKS))
 
 
+# pooling ops: elementwise, but with their own fit where a calibration measured them (a max pool's backward scatters
+# through its indices: VGG11 fp16's first one ran at a sixth of the H200's bandwidth)
+POOL = "pool"
+POOL_OPS = {"max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward",
+            "max_pool3d_with_indices", "max_pool3d_with_indices_backward", "_adaptive_avg_pool2d",
+            "_adaptive_avg_pool2d_backward"}
+
 # a GEMM with a side the tensor cores' 16-byte rows do not divide (a vocabulary of 30,522 or 50,257 tokens):
 # cuBLAS runs other kernels for it, on the H200 at 0.30 of the bf16 peak for an even side, 0.12-0.19 for an odd
 # one ('unaligned/odd'), where aligned GEMMs reach 0.75 (gpu_calibration's 'unaligned' fits)

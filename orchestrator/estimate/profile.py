@@ -20,7 +20,7 @@ from orchestrator.estimate.step_ops import SYNC_OP, OpCost
 
 __all__ = ["OpCost", "SYNC_OP", "WorkloadProfile", "measure", "profile_now", "cached_profile"]
 
-PROFILE_VERSION = 7
+PROFILE_VERSION = 8
 # the local measurement is skipped (the roofline is used instead) when the CPU roofline predicts a
 # step longer than this, or the model's training state is bigger than this: it would take long and
 # crowd the machine

@@ -155,6 +155,8 @@ def _op_cost(rec: StepRecorder, func, name: str, args, kwargs, out) -> OpCost:
         width = _conv_width(weight, groups)
     elif kind == "gemm":
         layout = kernels.gemm_alignment(ins)
+    elif name in kernels.POOL_OPS:
+        layout = kernels.POOL
     elif kind == "norm" and "batch_norm" in name:
         layout, width = "batch", int(args[0].shape[1]) if args[0].dim() > 1 else 0
     dtype = _float_dtype(ins) or _float_dtype(outs)

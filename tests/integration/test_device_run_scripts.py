@@ -17,7 +17,7 @@ def test_calibrate_model_kernels_writes_every_section_in_the_catalog_format(tmp_
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
     sections = {(r["section"], r["layout"]) for r in rows}
-    assert {("conv", "nchw/dw"), ("conv", "nhwc/dw"), ("gemm", "unaligned/odd"), ("mem", "nchw"),
+    assert {("conv", "nchw/dw"), ("conv", "nhwc/dw"), ("gemm", "unaligned/odd"), ("mem", "nchw"), ("mem", "pool"),
             ("host_param", "")} <= sections
     assert {r["op"] for r in rows if r["section"] == "host_param"} == {"foreach", "fused", "for-loop"}
     assert all(float(r["ms"]) > 0 for r in rows if r["section"] != "host_param")

@@ -108,6 +108,18 @@ def test_step_kernels_take_rows_from_seen_loops_only():
     assert {(r["shape"], r["ms"]) for r in shipped} == {(r["shape"], r["ms"]) for r in rows}
 
 
+def test_pooling_ops_are_marked_for_their_own_fit_and_priced_as_elementwise_until_measured():
+    p = _profile("tests.support.models:TinyCNN")
+    pools = [o for o in p.ops if o.name.startswith("max_pool2d")]
+    assert pools and all(o.layout == "pool" and o.kind == "elementwise" for o in pools)
+    cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
+    from orchestrator.estimate import gpu_time
+
+    plain = dataclasses.replace(pools[0], layout="")
+    assert gpu_time.kernel_seconds(pools[0], gpu_spec("H200"), cal, False) == gpu_time.kernel_seconds(
+        plain, gpu_spec("H200"), cal, False)  # no 'pool' rows shipped yet: the elementwise fit
+
+
 def test_a_batchnorm_with_few_channels_runs_slower_per_byte():
     cal, _ = gpu_calibration.calibration_for(gpu_spec("H200"))
     fit = cal.fits[("norm", "fp32", "batch", "bwd")]
