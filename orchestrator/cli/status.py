@@ -128,15 +128,43 @@ def show_job(job_id: str, as_json: bool = False) -> None:
                                                          if job.actual_seconds is not None else "-"),
               ("preemptions", job.preemptions), ("attempts", job.attempts),
               ("reported", reported(job.metrics) or "-")]
+    error = _last_line(next((e.detail for e in reversed(events) if e.kind == "status"), "")) \
+        if job.status in (JobStatus.FAILED, JobStatus.BUDGET_EXCEEDED, JobStatus.CANCELLED) else ""
+    if error:  # why it ended, its last line (a traceback's error), right under its status
+        fields.insert(3, ("why", error))
     for k, v in fields:
         click.echo(f"{k:>16}: {v}")
-    click.echo("history:")
+    click.echo(f"history (local time, {time.strftime('%Z %z')}):")
     for e in events:
         ts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.ts))
         detail = event_dict(e)["detail"]
         if isinstance(detail, dict):
-            detail = reported(detail) or json.dumps(detail)
+            detail = _words(detail)
+        else:
+            detail = _last_line(str(detail or ""))
         click.echo(f"  {ts}  {e.kind:<16} {e.status or ''} {detail or ''}".rstrip())
+
+
+def _last_line(text: str) -> str:
+    """The last non-empty line of a detail (a traceback's error), marked when lines came before it."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return ("… " if len(lines) > 1 else "") + lines[-1] if lines else ""
+
+
+def _words(detail: dict) -> str:
+    """An event's fields as `name=value`, lists joined by commas, yes/no for flags (not JSON)."""
+    from orchestrator.cli.render.summary import fmt_value
+
+    def value(v) -> str:
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, (list, tuple)):
+            return ",".join(value(x) for x in v) or "-"
+        if isinstance(v, dict):
+            return "{" + _words(v) + "}"
+        return fmt_value(v) if isinstance(v, (int, float)) else str(v)
+
+    return " ".join(f"{k}={value(v)}" for k, v in detail.items())
 
 
 COLOUR = {JobStatus.SUCCEEDED: "green", JobStatus.FAILED: "red", JobStatus.BUDGET_EXCEEDED: "red",
