@@ -244,8 +244,8 @@ def main() -> None:
     started, ratios, breakdown = time.perf_counter(), {True: [], False: []}, []
     only = set(args.only.split(",")) if args.only else None
     for name, seen, fields in SUITE:
-        if only and name not in only:
-            continue
+        if (only and name not in only) or (args.measured and name not in recorded):
+            continue  # a recorded run: only the loops it measured
         workload = Workload(**fields)
         predicted, low, high = predict(workload, gpu)
         pred, meas = predicted.seconds, recorded.get(name)
