@@ -116,7 +116,7 @@ async def static(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     if name not in STATIC:
         raise web.HTTPNotFound()
-    return web.Response(body=PACKAGE.joinpath("static", name).read_bytes(), content_type=STATIC[name])
+    return web.Response(body=(PACKAGE / "static" / name).read_bytes(), content_type=STATIC[name])
 
 
 def add_routes(app: web.Application) -> None:

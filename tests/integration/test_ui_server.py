@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from orchestrator.state.db import default_store
