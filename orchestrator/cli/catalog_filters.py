@@ -1,4 +1,5 @@
-"""`dlrun catalog`'s filters: a GPU (with its count, as the table prints it), a region, and the words for them."""
+"""`dlrun catalog`'s filters (a GPU with its count as the table prints it, a region, the words for them) and its
+table at the terminal's width: retired offers marked, the prices' dates and age said."""
 from __future__ import annotations
 
 from orchestrator.errors import UsageError
@@ -69,3 +70,43 @@ def not_offered(gpu: str, want: str, count: int | None, offers, has_gpu) -> str:
     if counts:
         return f"{want} comes {', '.join(f'{want}×{n}' for n in counts)}, not ×{count}"
     return f"{gpu} is in dlrun's GPU table, but no cloud of the catalog offers it (this machine's is planned as local)"
+
+
+def catalog_table(offers, width: int):
+    """The offers as a table that fits `width` (GPU GB, RAM, vCPU, GCP's host/GPU split and the spot price's
+    own date are left out first), and the footer lines: what '†' marks, how old the prices are."""
+    import time
+
+    from infra.software import retirement
+    from orchestrator.cli.render.fit import Col, fit_table
+    from orchestrator.cli.render.summary import plural
+
+    cols = [Col("cloud"), Col("region"), Col("instance", free=True), Col("GPU"), Col("GPU GB", True, spare=4),
+            Col("vCPU", True, spare=3), Col("RAM GB", True, spare=5), Col("$/h", True), Col("spot $/h", True),
+            Col("priced"), Col("spot priced", spare=2), Col("GCP host + GPU $/h", True, spare=6)]
+    rows, retired = [], {}
+    for o in sorted(offers, key=lambda o: (o.accelerator or "", o.price_per_hour)):
+        r = retirement(o.cloud, o.instance_type, o.accelerator)
+        if r is not None:
+            retired[r.short()] = r.source
+        split = (f"{o.host_price_per_hour:.3f} + {o.gpu_price_per_hour:.3f}"
+                 if o.host_price_per_hour is not None and o.gpu_price_per_hour is not None else "")
+        rows.append((o.cloud, o.region, ("† " if r else "") + o.instance_type,
+                     f"{o.accelerator or 'CPU'}×{o.accelerator_count}", f"{o.gpu_memory_gb:g}", str(o.vcpus),
+                     f"{o.memory_gb:g}", f"{o.price_per_hour:.4f}",
+                     f"{o.spot_price_per_hour:.4f}" if o.spot_price_per_hour is not None else "-",
+                     o.price_date, o.spot_price_date or "-", split))
+    table, left_out = fit_table(f"catalog: {plural(len(offers), 'offer')}", cols, rows, width)
+    footer = [f"† retired: {what}; listed for its history, never launched" for what in sorted(retired)]
+    dates = sorted({o.price_date for o in offers if o.price_date})
+    if dates:
+        try:
+            age = (time.time() - time.mktime(time.strptime(dates[0], "%Y-%m-%d"))) / 86400
+            old = f", the oldest {age / 365:.1f} years old" if age >= 365 else f", the oldest {age:.0f} days old"
+        except ValueError:
+            old = ""
+        span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+        footer.append(f"prices dated {span}{old}; `dlrun catalog refresh` reads today's from the clouds")
+    if left_out:
+        footer.append(f"left out at this width: {', '.join(left_out)} (a wider terminal shows them)")
+    return table, footer

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import TYPE_CHECKING
 
 import click
@@ -145,10 +146,9 @@ def catalog_group(ctx, gpu, cloud, region):
     """List the offers of the catalog (prices with their dates)."""
     if ctx.invoked_subcommand is not None:
         return
-    from rich.table import Table
-
     from infra.catalog import load_offers
-    from orchestrator.cli.catalog_filters import filters_text, gpu_key, known_gpu, known_region, not_offered
+    from orchestrator.cli.catalog_filters import (catalog_table, filters_text, gpu_key, known_gpu, known_region,
+                                                  not_offered)
 
     all_offers = load_offers()
     want, count = known_gpu(gpu, all_offers) if gpu else (None, None)
@@ -166,18 +166,11 @@ def catalog_group(ctx, gpu, cloud, region):
         offered = not_offered(gpu, want, count, all_offers, has_gpu) if want else f"offers are in: {', '.join(where)}"
         click.echo(f"no catalog offer has {filters_text(gpu if want else None, cloud, region)}; {offered}", err=True)
         return
-    table = Table(title=f"catalog: {plural(len(offers), 'offer')}")
-    for col in ("cloud", "region", "instance", "GPU", "GPU GB", "vCPU", "RAM GB", "$/h", "spot $/h",
-                "price date", "spot date"):
-        table.add_column(col, justify="right" if "$" in col or "GB" in col or col == "vCPU" else "left")
-    for o in sorted(offers, key=lambda o: (o.accelerator or "", o.price_per_hour)):
-        spot = f"{o.spot_price_per_hour:.4f}" if o.spot_price_per_hour is not None else "-"
-        gcp_parts = (f" (host {o.host_price_per_hour:.3f} + GPU {o.gpu_price_per_hour:.3f})"
-                     if o.host_price_per_hour is not None and o.gpu_price_per_hour is not None else "")
-        table.add_row(o.cloud, o.region, o.instance_type, f"{o.accelerator or 'CPU'}×{o.accelerator_count}",
-                      f"{o.gpu_memory_gb:g}", str(o.vcpus), f"{o.memory_gb:g}",
-                      f"{o.price_per_hour:.4f}{gcp_parts}", spot, o.price_date, o.spot_price_date)
-    _console().print(table)
+    console = _console()
+    table, footer = catalog_table(offers, console.width)
+    console.print(table)
+    for line in footer:
+        click.echo(textwrap.fill(line, console.width, subsequent_indent="  "))
 
 
 @catalog_group.command("refresh")

@@ -17,27 +17,26 @@ def cost_report(as_json):
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
         return
-    from rich.table import Table
+    from orchestrator.cli.render.fit import Col, fit_table
+    from orchestrator.cli.render.summary import console, plural
 
-    from orchestrator.cli.render.summary import console
-
-    t = Table(title="dlrun cost report (USD)")
-    for c in ("day", "job", "name", "status", "backend", "gpu", "spot", "preempt", "est h", "actual h",
-              "est $", "actual $"):
-        t.add_column(c)
-    for r in report.jobs:
-        t.add_row(r.day, r.job, r.name, r.status, r.backend or "-", r.gpu or "-", "yes" if r.spot else "no",
-                  str(r.preemptions), f"{r.est_hours:.4f}", f"{r.actual_hours:.4f}", f"{r.est_cost:.4f}",
-                  f"{r.actual_cost:.4f}")
-    from orchestrator.cli.render.summary import plural
-
+    cols = [Col("day"), Col("job"), Col("name", free=True), Col("status", spare=3), Col("backend", free=True),
+            Col("gpu", spare=4), Col("spot", spare=6), Col("preempt", True, spare=5), Col("est h", True, spare=2),
+            Col("actual h", True, spare=1), Col("est $", True), Col("actual $", True)]
+    rows: list[tuple] = [(r.day, r.job, r.name, r.status, r.backend or "-", r.gpu or "-", "yes" if r.spot else "no",
+                          str(r.preemptions), f"{r.est_hours:.4f}", f"{r.actual_hours:.4f}", f"{r.est_cost:.4f}",
+                          f"{r.actual_cost:.4f}") for r in report.jobs]
     for day, d in sorted(report.days.items()):
-        t.add_row(day, f"[bold]{plural(d.jobs, 'job')}[/]", "", "", "", "", "", "", "", "",
-                  f"{d.est_cost:.4f}", f"[bold]{d.actual_cost:.4f}[/]")
+        rows.append((day, f"[bold]{plural(d.jobs, 'job')}[/]", "", "", "", "", "", "", "", "",
+                     f"{d.est_cost:.4f}", f"[bold]{d.actual_cost:.4f}[/]"))
     total = report.total
-    t.add_row("total", f"[bold]{plural(total.jobs, 'job')}[/]", "", "", "", "", "", "", "", "",
-              f"{total.est_cost:.4f}", f"[bold]{total.actual_cost:.4f}[/]")
-    console().print(t)
+    rows.append(("total", f"[bold]{plural(total.jobs, 'job')}[/]", "", "", "", "", "", "", "", "",
+                 f"{total.est_cost:.4f}", f"[bold]{total.actual_cost:.4f}[/]"))
+    out = console()
+    table, left_out = fit_table("dlrun cost report (USD)", cols, rows, out.width)
+    out.print(table)
+    if left_out:
+        click.echo(f"left out at this width: {', '.join(left_out)} (--json has every field)")
 
 
 @click.command()

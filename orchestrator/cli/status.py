@@ -79,34 +79,15 @@ def show_jobs(limit: int = 20, as_json: bool = False) -> None:
     out.print(_jobs_table(rows, out.width))
 
 
-COLUMNS = ("job", "name", "status", "backend", "est $", "cost $", "max $", "age", "reported")
-FREE = ("name", "backend", "reported")  # free text: truncated first, down to MIN_FREE characters
-DROPPED_FIRST = ("max $", "est $", "age")  # then these columns go; the id, the status and the cost stay whole
-MIN_FREE = 6
-
-
 def _jobs_table(rows: list[tuple], width: int):
-    """The jobs as a table that fits `width`: free text truncated with '…', then optional columns left out."""
-    from rich.table import Table
-    from rich.text import Text
+    """The jobs at the terminal's width: the id (for `dlrun logs`), the status and the cost stay whole; name,
+    backend and what the job reported are cut first, then max $, est $ and age are left out."""
+    from orchestrator.cli.render.fit import Col, fit_table
 
-    need = {c: max([len(c)] + [len(Text.from_markup(r[i]).plain) for r in rows]) for i, c in enumerate(COLUMNS)}
-    shown = list(COLUMNS)
-    for drop in (None, *DROPPED_FIRST):
-        if drop is not None:
-            shown.remove(drop)
-        fixed = sum(need[c] for c in shown if c not in FREE) + 3 * len(shown) + 1  # borders and padding
-        if fixed + MIN_FREE * sum(c in FREE for c in shown) <= width:
-            break
-    room, wanted = width - fixed, sum(need[c] for c in shown if c in FREE)
-    t = Table(title="dlrun jobs")
-    for c in shown:
-        cap = max(MIN_FREE, min(need[c], room * need[c] // max(wanted, 1))) if c in FREE else need[c]
-        t.add_column(c, justify="right" if c.endswith("$") else "left", no_wrap=True, overflow="ellipsis",
-                     min_width=None if c in FREE else cap, max_width=cap)
-    for r in rows:
-        t.add_row(*(cell for c, cell in zip(COLUMNS, r, strict=True) if c in shown))
-    return t
+    cols = [Col("job"), Col("name", free=True), Col("status"), Col("backend", free=True),
+            Col("est $", right=True, spare=2), Col("cost $", right=True), Col("max $", right=True, spare=3),
+            Col("age", spare=1), Col("reported", free=True)]
+    return fit_table("dlrun jobs", cols, rows, width)[0]
 
 
 def show_job(job_id: str, as_json: bool = False) -> None:
