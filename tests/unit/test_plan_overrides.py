@@ -56,3 +56,14 @@ def test_env_is_added_to_the_files_and_gpus_meets_the_credentials_check(tmp_path
     assert spec.env == {"SEED": "7", "KEEP": "1", "EXTRA": "a=b"}
     code, result = invoke(cli, ["submit", job_file(tmp_path, workload=TINY), "--gpus", "T4:1"])
     assert code == 4 and "could run this job, and" in str(result.exception)  # no cloud credentials here
+
+
+def test_the_runner_up_named_under_the_table_is_a_row_of_it(tmp_path):
+    """A CPU job: this machine first, a cloud CPU second (the same GPU configuration, 'CPU')."""
+    code, result = invoke(cli_plan.plan_command, [job_file(tmp_path, workload=TINY), "--any-cloud"])
+    assert code == 0, result.output
+    chosen = next(line for line in result.output.splitlines() if line.startswith("chosen: "))
+    runner_up = chosen.split("(runner-up: ")[1].split(",")[0]  # e.g. "aws us-east-2 c7i.large CPU spot"
+    cloud, region, instance = runner_up.split()[:3]
+    assert any(f"{cloud} {region}" in line and instance in line for line in result.output.splitlines()
+               if not line.startswith("chosen: ")), result.output

@@ -61,6 +61,9 @@ def shown(plan, show_all: bool) -> list:
     if plan.chosen is not None:
         rows.append(plan.chosen)
         seen.add(_config(plan.chosen))
+        if plan.runner_up is not None:  # named under the table as the runner-up: a row of it too
+            rows.append(plan.runner_up)
+            seen.add(_config(plan.runner_up))
     for c in ranked:
         if len(rows) >= DEFAULT_ROWS or not c.eligible:
             break
