@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from jobs.metrics import PROBE_ENV
-from orchestrator.errors import SpecError
+from orchestrator.errors import SpecError, UsageError
 from orchestrator.planning import cpu_share
 from orchestrator.planning.cpu_share import CpuSample
 from orchestrator.paths import profiles_dir
@@ -53,8 +53,9 @@ TAIL_LINES = 3  # of the job's output, in the error of a failed probe
 # Ray's job entrypoint inherits it from the supervisor actor, which holds no CPU: a worker's OMP_NUM_THREADS, if
 # unset, is set to its CPUs or 1 (ray/_private/utils.py set_omp_num_threads_if_unset); torch runs one thread
 RAY_ENTRYPOINT_OMP_THREADS = "1"
-ASK_FOR_FIELDS = ("add `workload:` (model, input_shape, batch_size, dataset_size, epochs) or `reference:` "
-                  "(accelerator, hours) to the job file, or call jobs.metrics.report(epoch=, epochs=) in it")
+ADD_FIELDS = ("add `workload:` (model, input_shape, batch_size, dataset_size, epochs) or `reference:` (accelerator, "
+              "hours) to the job file")
+ASK_FOR_FIELDS = f"{ADD_FIELDS}, or call jobs.metrics.report(epoch=, epochs=) in it"
 
 
 @dataclass
@@ -204,17 +205,16 @@ def _not_copied(src: str, names: list[str]) -> set[str]:
 
 
 def _probe_command(spec, entrypoint) -> str:
-    """The job as the local Ray head runs it; with `image:`, in that image (the job's environment is the image's,
-    and so is its speed): podman or docker here, else the probe cannot run (entrypoint's one line, plus the
-    three ways to time the job). The registry has already answered for the image (probe_job)."""
-    from orchestrator.errors import UsageError
-
+    """The job as the local Ray head runs it; with `image:`, in that image (its environment, and its speed): podman
+    or docker here (entrypoint checks), else the three ways to time the job; the registry answered (probe_job)."""
     try:
         return entrypoint(spec, local=True, workers=1, image="runtime" if spec.image else "")
-    except UsageError as e:  # no container runtime here (runs/entrypoint.py container_command)
-        raise SpecError(f"{e}; or add `workload:` (model, input_shape, batch_size, dataset_size, epochs) or "
-                        "`reference:` (accelerator, hours) to the job file: without them dlrun times the job by "
-                        "running it briefly in its image here") from None
+    except UsageError:  # no container runtime here (runs/entrypoint.py container_command)
+        from infra.images.runtime import INSTALL_HINT, find_runtime
+
+        raise SpecError(f"{spec.name}: without workload or reference dlrun times the job by running it briefly here in "
+                        f"its image {spec.image} (its registry has it), and no container runtime works here "
+                        f"({find_runtime().problem}): {INSTALL_HINT}; or {ADD_FIELDS}") from None
 
 
 def _probe_env(spec, tmp: str, cwd: str) -> dict[str, str]:

@@ -266,6 +266,7 @@ def test_a_job_with_an_image_and_no_runtime_here_says_the_three_ways_to_time_it(
     message = str(e.value)
     assert "no container runtime works here" in message and "install podman" in message, message
     assert "add `workload:`" in message and "`reference:`" in message and "\n" not in message, message
+    assert "its registry has it" in message and "jobs.metrics" not in message, message  # nothing else helps
 
 
 @pytest.mark.parametrize("image, answer", [
