@@ -18,12 +18,17 @@ class CostMeter:
 
 
 def usd(amount: float, places: int = 2) -> str:
-    """$12.50, $36,000.00; an amount under a cent keeps two significant digits ($0.0012), never '$0.00'."""
+    """dlrun's one way to write money: $0, $0.0012 (under a cent: two significant digits, never '$0.00' or
+    '<$0.01'), $12.50, $36,000; `places` more decimals where two amounts must read apart (usd_apart)."""
     import math
 
-    if amount and abs(amount) < 10 ** -places:  # two significant digits, a trailing zero dropped: $0.0001
+    if amount == 0:
+        return "$0"
+    if abs(amount) < 10 ** -places:  # two significant digits, a trailing zero dropped: $0.0001
         places = min(8, -math.floor(math.log10(abs(amount))) + 1)
         return f"${amount:,.{places}f}".rstrip("0")
+    if abs(amount) >= 1000 and places == 2:
+        return f"${amount:,.0f}"
     return f"${amount:,.{places}f}"
 
 

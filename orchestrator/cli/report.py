@@ -19,19 +19,20 @@ def cost_report(as_json):
         return
     from orchestrator.cli.render.fit import Col, fit_table
     from orchestrator.cli.render.summary import console, plural
+    from orchestrator.cost import usd
 
     cols = [Col("day"), Col("job"), Col("name", free=True), Col("status", spare=3), Col("backend", free=True),
             Col("gpu", spare=4), Col("spot", spare=6), Col("preempt", True, spare=5), Col("est h", True, spare=2),
-            Col("actual h", True, spare=1), Col("est $", True), Col("actual $", True)]
+            Col("actual h", True, spare=1), Col("est.", True), Col("actual", True)]
     rows: list[tuple] = [(r.day, r.job, r.name, r.status, r.backend or "-", r.gpu or "-", "yes" if r.spot else "no",
-                          str(r.preemptions), f"{r.est_hours:.4f}", f"{r.actual_hours:.4f}", f"{r.est_cost:.4f}",
-                          f"{r.actual_cost:.4f}") for r in report.jobs]
+                          str(r.preemptions), f"{r.est_hours:.4f}", f"{r.actual_hours:.4f}", usd(r.est_cost),
+                          usd(r.actual_cost)) for r in report.jobs]
     for day, d in sorted(report.days.items()):
         rows.append((day, f"[bold]{plural(d.jobs, 'job')}[/]", "", "", "", "", "", "", "", "",
-                     f"{d.est_cost:.4f}", f"[bold]{d.actual_cost:.4f}[/]"))
+                     usd(d.est_cost), f"[bold]{usd(d.actual_cost)}[/]"))
     total = report.total
     rows.append(("total", f"[bold]{plural(total.jobs, 'job')}[/]", "", "", "", "", "", "", "", "",
-                 f"{total.est_cost:.4f}", f"[bold]{total.actual_cost:.4f}[/]"))
+                 usd(total.est_cost), f"[bold]{usd(total.actual_cost)}[/]"))
     out = console()
     table, left_out = fit_table("dlrun cost report (USD)", cols, rows, out.width)
     out.print(table)

@@ -85,7 +85,7 @@ def _jobs_table(rows: list[tuple], width: int):
     from orchestrator.cli.render.fit import Col, fit_table
 
     cols = [Col("job"), Col("name", free=True), Col("status"), Col("backend", free=True),
-            Col("est $", right=True, spare=2), Col("cost $", right=True), Col("max $", right=True, spare=3),
+            Col("est.", right=True, spare=2), Col("cost", right=True), Col("max", right=True, spare=3),
             Col("age", spare=1), Col("reported", free=True)]
     return fit_table("dlrun jobs", cols, rows, width)[0]
 
@@ -157,7 +157,10 @@ def _colour(status: JobStatus) -> str:
 
 
 def _money(v, sign: str = "") -> str:
-    return "-" if v is None else f"{sign}{v:.4f}"
+    """dlrun's one money format (orchestrator/cost.usd); `sign` is kept for the callers' sake."""
+    from orchestrator.cost import usd
+
+    return "-" if v is None else usd(v)
 
 
 def _age(s: float) -> str:

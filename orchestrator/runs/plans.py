@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.cost import usd
+from orchestrator.cost import usd, usd_apart
 from orchestrator.errors import NothingFitsError
 from orchestrator.planning.spec import JobSpec
 from orchestrator.runs.context import job_record
@@ -96,6 +96,7 @@ def fit_remaining_budget(plan: Plan, spec: JobSpec, store: Store, job_id: str) -
         plan.chosen.chosen = True
     elif ranked:
         need = min(remaining_cost(c.estimate, fraction) for c in ranked)
-        raise BudgetExhaustedError(f"{spec.name}: ${left:.4f} of the budget is left, the remaining "
-                                   f"{fraction:.0%} of the work needs ${need:.4f}; not relaunching")
+        left_text, need_text = usd_apart(left, need)
+        raise BudgetExhaustedError(f"{spec.name}: {left_text} of the budget is left, the remaining "
+                                   f"{fraction:.0%} of the work needs {need_text}; not relaunching")
     return plan

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from jobs.metrics import parse_line as parse_metric_line
 from jobs.progress import terminal_lines
 from orchestrator.cli.render.display import Display, JobView
-from orchestrator.cost import CostMeter
+from orchestrator.cost import CostMeter, usd, usd_apart
 from orchestrator.runs import sigterm
 from orchestrator.states import Ending, RayJobStatus
 
@@ -154,7 +154,7 @@ class Watcher:
         accrued = self.meter.accrued(now)
         if not self._warned and accrued >= 0.8 * self.max_cost:
             self._warned = True
-            self.display.message(f"budget warning: ${accrued:.4f} of ${self.max_cost:g} spent (80 %)")
+            self.display.message(f"budget warning: {usd(accrued)} of {usd(self.max_cost)} spent (80 %)")
             self.on_event("budget_warning", {"accrued": accrued, "max_cost": self.max_cost})
         return accrued >= self.max_cost
 
@@ -223,8 +223,8 @@ class Watcher:
             if status is not None and status.terminal:
                 return self._ended(status.ending())
             if self._check_budget(now):
-                return Outcome(Ending.BUDGET_EXCEEDED,
-                               f"accrued ${self.meter.accrued(now):.4f} reached max ${self.max_cost:g}")
+                spent, cap = usd_apart(self.meter.accrued(now), self.max_cost or 0.0)
+                return Outcome(Ending.BUDGET_EXCEEDED, f"accrued {spent} reached max {cap}")
             if now - last_nodes >= self.node_poll_s:
                 last_nodes = now
                 why = self._preempted()

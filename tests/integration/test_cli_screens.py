@@ -67,7 +67,7 @@ def test_status_of_a_job_reads_as_words(capsys):
     assert re.search(r"spot: no$", out, re.M) and "spot: 0" not in out
     assert re.search(r"reported: accuracy=0\.9722 loss=0\.0911$", out, re.M)
     assert "{" not in out.split("history:")[0]  # no Python dict
-    assert re.search(r"cost: \$0\.0123$", out, re.M) and re.search(r"ran: 12 s$", out, re.M)
+    assert re.search(r"cost: \$0\.01$", out, re.M) and re.search(r"ran: 12 s$", out, re.M)
 
 
 def test_status_json_has_iso_times_nulls_and_booleans(capsys):
@@ -122,7 +122,7 @@ def test_logs_follow_of_a_failed_job_ends_with_its_status_and_exit_code(capsys):
 
     assert code == 1  # dlrun's code for a failed job
     assert "result: train_acc=0.93" in out
-    assert err.strip() == f"{job} FAILED on local CPU after 12 s, $0.0123 (the job exited with code 3)"
+    assert err.strip() == f"{job} FAILED on local CPU after 12 s, $0.01 (the job exited with code 3)"
 
 
 def test_logs_follow_prints_lines_as_they_come_until_the_job_ends(capsys):
@@ -277,7 +277,7 @@ def test_an_interrupted_submit_says_what_it_cancelled(capsys, tmp_path, monkeypa
     assert code == 130 and out == ""
     choice, line = [x for x in err.splitlines() if x]  # the line submit prints before it starts, then the outcome
     assert choice.startswith("running on local CPU: est. ")
-    assert re.fullmatch(r"dlrun: interrupted: j-\S+ CANCELLED on local CPU after 2\.0 s, \$0\.0000 \(interrupted "
+    assert re.fullmatch(r"dlrun: interrupted: j-\S+ CANCELLED on local CPU after 2\.0 s, \$0 \(interrupted "
                         r"with Ctrl-C\): nothing is left running \(the local Ray head stays up for its dashboard; "
                         r"`dlrun down` stops it\)", line), line
 

@@ -116,7 +116,7 @@ def test_human_durations():
 
     assert [human_duration(s) for s in (12, 360, 3.2 * 3600, 30 * 3600, 10 * 86400, 29909 * 3600)] == \
         ["12 s", "6 min", "3.2 h", "30 h", "10 d", "3.4 years"]
-    assert [money(v) for v in (0, 0.004, 12.5, 36000)] == ["$0", "<$0.01", "$12.50", "$36,000"]
+    assert [money(v) for v in (0, 0.004, 12.5, 36000)] == ["$0", "$0.004", "$12.50", "$36,000"]  # cost.usd
 
 
 def test_the_choice_line_names_the_backend_time_cost_and_runner_up(tmp_path):

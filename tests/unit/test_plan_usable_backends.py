@@ -94,4 +94,4 @@ def test_amounts_that_differ_read_different():
 
     assert usd_apart(0.0203, 0.02) == ("$0.0203", "$0.0200")  # never "est. $0.02 > budget $0.02"
     assert usd_apart(0.0001, 0.0025) == ("$0.0001", "$0.0025")  # never "costs up to $0.00"
-    assert [usd(v) for v in (0.0012, 0.5, 36000)] == ["$0.0012", "$0.50", "$36,000.00"]
+    assert [usd(v) for v in (0.0012, 0.5, 36000)] == ["$0.0012", "$0.50", "$36,000"]

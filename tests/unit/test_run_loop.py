@@ -12,6 +12,7 @@ import pytest
 from infra.base import CapacityError, CredentialsError, ProvisionError, QuotaError, QuotaScope
 from orchestrator.errors import (EXIT_CREDENTIALS, EXIT_PROVISIONING, CloudCredentialsError, JobFailedError,
                                  ProvisioningFailedError)
+from orchestrator.cost import usd
 from orchestrator.paths import job_log_path
 from orchestrator.planning.spec import parse_job
 from orchestrator.runs.executor import make_plan
@@ -76,7 +77,7 @@ def test_success_records_result_cost_and_tears_down(store, clock):
 
     line = result_line(store, job_id)
     assert line.startswith(f"{job_id} SUCCEEDED on {offer_name(chosen.offer, chosen.spot)} in ")
-    assert line.endswith(f"${row.actual_cost:.4f}: accuracy=0.93 loss=0.2")
+    assert line.endswith(f"{usd(row.actual_cost)}: accuracy=0.93 loss=0.2")
     assert not [m for m in display.messages if "SUCCEEDED" in m]
     crow = store.get_cluster(request.cluster_id)
     assert crow.price_per_hour == pytest.approx(price(chosen)) and crow.zone == f"{chosen.offer.region}-a"

@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.cli.render.display import JobView, PlainDisplay, RichDisplay, profiling_notice
 from orchestrator.cli.render.summary import backend_name, result_line
+from orchestrator.cost import usd
 from tests.support.fakes_runs import FakeBackend, JobsFactory, RecordingDisplay, metric
 from tests.support.run_loop import new_job, run, statuses
 
@@ -53,7 +54,7 @@ def test_plain_lines_say_each_phase_once_and_leave_the_end_to_the_result_line():
     d.update(view)
     lines = [ln.split(" (")[0] for ln in stream.getvalue().splitlines()]
     assert lines == ["[dlrun] j-1 provisioning on local CPU", "[dlrun] j-1 running on local CPU",
-                     "[dlrun] j-1 tearing down on local CPU", "[dlrun] epoch 1/2 val_f1=0.5 $0.0000"]
+                     "[dlrun] j-1 tearing down on local CPU", "[dlrun] epoch 1/2 val_f1=0.5 $0"]
 
 
 def test_profiling_is_announced_with_a_spinner_on_a_terminal_and_one_line_otherwise():
@@ -83,7 +84,7 @@ def test_ctrl_c_while_watching_says_what_was_stopped_and_keeps_time_and_cost(sto
     (cluster,) = aws.launched
     line = result_line(store, job_id)
     assert line.startswith(f"{job_id} CANCELLED on aws ")
-    assert line.endswith(f"${row.actual_cost:.4f} (cancelled with Ctrl-C): Ray job dlrun-{job_id}-1 stopped; "
+    assert line.endswith(f"{usd(row.actual_cost)} (cancelled with Ctrl-C): Ray job dlrun-{job_id}-1 stopped; "
                          f"cluster {cluster} terminated; nothing is left running")
 
 

@@ -31,7 +31,7 @@ def test_id_status_and_cost_stay_whole(monkeypatch):
     text = screen(monkeypatch)
     assert all(len(line) <= 80 for line in text.splitlines()), text
     row = next(line for line in text.splitlines() if job_id in line)
-    assert "SUCCEEDED" in row and "0.0500" in row and "│ digit… │" in row
+    assert "SUCCEEDED" in row and "$0.05" in row and "│ digits… │" in row
     assert job_id in screen(monkeypatch, 200) and "digits-cnn-with-a-rather-long-name" in screen(monkeypatch, 200)
 
 

@@ -55,7 +55,7 @@ def test_status_of_one_job_in_words(capsys):
     st.show_job(job_id)
     out = capsys.readouterr().out
     assert "status: SUCCEEDED" in out and "spot: yes" in out and "aws us-east-1 g4dn.xlarge T4 spot" in out
-    assert "cost: $0.0500" in out and "reported: accuracy=0.97" in out
+    assert "cost: $0.05" in out and "reported: accuracy=0.97" in out
     assert "epoch" in out and "loss=0.25" in out  # an event's JSON detail, as the job reported it
 
 
@@ -70,7 +70,7 @@ def test_the_result_line_of_a_success_says_what_the_job_reported():
     store = default_store()
     job_id = _aws_job(store)
     assert result_line(store, job_id) == (f"{job_id} SUCCEEDED on aws us-east-1 g4dn.xlarge T4 spot in 60 min, "
-                                          "$0.0500: accuracy=0.97")
+                                          "$0.05: accuracy=0.97")
 
 
 def test_cancel_without_a_supervisor_tears_down_and_says_so():

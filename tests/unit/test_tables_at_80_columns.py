@@ -46,5 +46,5 @@ def test_cost_report(monkeypatch):
     text = table.getvalue()
     assert all(len(line) <= 80 for line in text.splitlines()), text
     row = next(line for line in text.splitlines() if job_id in line)
-    assert "0.0500" in row and "0.3000" in row
+    assert "$0.05" in row and "$0.30" in row
     assert "left out at this width: " in result.output

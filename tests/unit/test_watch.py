@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from infra.base import NodeState
+from orchestrator.cost import usd
 from tests.support.fakes_runs import FakeBackend, RawLogJobs, Up, metric, result
 from tests.support.watch import Harness, T0
 
@@ -154,7 +155,7 @@ def test_budget_warning_once_at_80_percent():
     assert out.kind == "SUCCEEDED"
     (warning,) = h.of_kind("budget_warning")
     assert warning["accrued"] == pytest.approx(0.8) and warning["max_cost"] == 0.99
-    assert [m for m in h.display.messages if "budget warning" in m] == ["budget warning: $0.8000 of $0.99 spent (80 %)"]
+    assert [m for m in h.display.messages if "budget warning" in m] == ["budget warning: $0.80 of $0.99 spent (80 %)"]
     assert h.view.accrued == pytest.approx(0.9)
 
 
@@ -169,7 +170,7 @@ def test_budget_reached_ends_the_watch(previous, stop_poll, warn_at):
 
     accrued = previous + stop_poll * 0.1
     assert out.kind == "BUDGET_EXCEEDED"
-    assert out.detail == f"accrued ${accrued:.4f} reached max $0.55"
+    assert out.detail == f"accrued {usd(accrued)} reached max $0.55"
     assert h.jobs.polls == stop_poll + 1
     assert [w["accrued"] for w in h.of_kind("budget_warning")] == [pytest.approx(warn_at)]
     assert h.jobs.stopped == []  # stopping the Ray job is the attempt's part, before teardown

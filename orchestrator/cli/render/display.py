@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from orchestrator.cli.render.summary import duration, fmt_value, reported
+from orchestrator.cost import usd
 
 ENDED_PHASES = ("succeeded", "failed", "cancelled", "budget_exceeded")
 
@@ -89,7 +90,7 @@ class PlainDisplay:
         key = (view.epoch, None if view.progress is None else round(view.progress * 100))
         if key != self._last_progress and (view.epochs or view.progress is not None or view.epoch):
             self._last_progress = key
-            cost = f" ${view.accrued:.4f}" + (f" of ${view.max_cost:g}" if view.max_cost else "")
+            cost = f" {usd(view.accrued)}" + (f" of {usd(view.max_cost)}" if view.max_cost else "")
             values = reported(view.metrics)
             self._say(f"[dlrun] {progress_text(view)}{' ' + values if values else ''}{cost} ({elapsed:.0f}s)")
 
@@ -152,7 +153,7 @@ class RichDisplay(PlainDisplay):
         metrics = [f"{k} {fmt_value(x)}" for k, x in v.metrics.items() if isinstance(x, (int, float))]
         if metrics:
             grid.add_row("metrics", "  ".join(metrics), "", "")
-        budget = f"${v.accrued:.4f}" + (f" of ${v.max_cost:g}" if v.max_cost else "")
+        budget = usd(v.accrued) + (f" of {usd(v.max_cost)}" if v.max_cost else "")
         grid.add_row("cost", budget, "", "")
         for line in v.log_tail[-self.tail:]:
             grid.add_row("", Text(line[:110], style="dim"), "", "")  # a log line is text, never markup

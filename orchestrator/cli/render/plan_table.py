@@ -24,12 +24,11 @@ def human_duration(seconds: float) -> str:
     return f"{days / 365:,.1f} years"
 
 
-def money(usd: float) -> str:
-    if usd == 0:
-        return "$0"
-    if usd < 0.01:
-        return "<$0.01"
-    return f"${usd:,.2f}" if usd < 1000 else f"${usd:,.0f}"
+def money(amount: float) -> str:
+    """dlrun's one money format (orchestrator/cost.usd)."""
+    from orchestrator.cost import usd
+
+    return usd(amount)
 
 
 def gpu_config(offer) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from orchestrator.cost import usd
 from orchestrator.states import JobStatus
 
 ENDED_PHRASE = {JobStatus.SUCCEEDED: "in"}  # every other end: "after"
@@ -109,7 +110,7 @@ def result_line(store, job_id: str) -> str:
     job = store.get_job(job_id)
     status = job.status
     line = (f"{job.id} {status} on {job_backend_name(store, job)} {ENDED_PHRASE.get(status, 'after')} "
-            f"{duration(job.actual_seconds)}, ${job.actual_cost:.4f}")
+            f"{duration(job.actual_seconds)}, {usd(job.actual_cost)}")
     if status is JobStatus.SUCCEEDED and job.metrics:
         return f"{line}: {reported(job.metrics)}"
     why = _last_status_detail(store, job.id) if status is not JobStatus.SUCCEEDED else ""
