@@ -164,7 +164,10 @@ def _money(v, sign: str = "") -> str:
 
 
 def _age(s: float) -> str:
-    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
+    """dlrun's one duration format (12 s, 6 min, 3.2 h, 9 d), as the plan's."""
+    from orchestrator.cli.render.plan_table import human_duration
+
+    return human_duration(s)
 
 
 def render_log_line(line: str) -> str | None:
