@@ -126,6 +126,7 @@ def choice_line(plan) -> str:
     line = f"running on {c.offer.label}{market}: est. {human_duration(e.total_seconds)}, {money(e.cost)}"
     if money(e.cost_high) != money(e.cost):
         line += f" (up to {money(e.cost_high)})"
+    line += f"; {human_duration(e.startup_seconds)} of it start-up, {human_duration(e.run_seconds)} the run"
     second = plan.runner_up
     if second is not None:
         line += (f" (runner-up: {second.offer.label}{' spot' if second.spot else ''}, "
