@@ -17,6 +17,10 @@ def cost_report(as_json):
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
         return
+    if not report.jobs:
+        click.echo("no jobs yet, nothing spent: `dlrun plan JOB_FILE` says what a job would cost, "
+                   "`dlrun submit JOB_FILE` runs it")
+        return
     from orchestrator.cli.render.fit import Col, fit_table
     from orchestrator.cli.render.summary import console, plural
     from orchestrator.cost import usd

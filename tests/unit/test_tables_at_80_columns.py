@@ -48,3 +48,8 @@ def test_cost_report(monkeypatch):
     row = next(line for line in text.splitlines() if job_id in line)
     assert "$0.05" in row and "$0.30" in row
     assert "left out at this width: " in result.output
+
+
+def test_an_empty_cost_report_is_a_hint():
+    code, result = invoke(cli_report.cost_report, [])
+    assert code == 0 and result.stdout.startswith("no jobs yet, nothing spent: `dlrun plan JOB_FILE`")
