@@ -23,11 +23,14 @@ def gpu_key(name: str) -> str:
 
 def known_gpu(gpu: str, offers) -> tuple[str, int | None]:
     """--gpu: any GPU `dlrun catalog` prints (gpus.csv's, or an offer's), optionally with its count as printed
-    (B200×8, B200x8, B200:8)."""
+    (8×B200, 8xB200) or as a job file writes it (B200:8, B200x8)."""
     import re
 
     m = re.fullmatch(r"(.+?)(?:\s*[×xX:]\s*(\d+))?", gpu.strip())
     name, count = (m.group(1), int(m.group(2)) if m.group(2) else None) if m else (gpu, None)
+    first = re.fullmatch(r"(\d+)\s*[×xX]\s*(.+)", gpu.strip())  # the count first, as dlrun prints it
+    if first:
+        name, count = first.group(2), int(first.group(1))
     offered = {gpu_key(o.accelerator) for o in offers if o.accelerator}
     tries = ((name, count), (gpu.strip(), None))  # "MI300X" is a name, not MI300 x nothing; "RTX4090" not RT x 4090
     for candidate, n in tries:
@@ -68,7 +71,7 @@ def not_offered(gpu: str, want: str, count: int | None, offers, has_gpu) -> str:
         return f"{gpu} is offered in: {', '.join(where)}"
     counts = sorted({o.accelerator_count for o in offers if o.accelerator and gpu_key(o.accelerator) == want})
     if counts:
-        return f"{want} comes {', '.join(f'{want}×{n}' for n in counts)}, not ×{count}"
+        return f"{want} comes as {', '.join(f'{n}×{want}' for n in counts)}, not {count}×{want}"
     return f"{gpu} is in dlrun's GPU table, but no cloud of the catalog offers it (this machine's is planned as local)"
 
 
@@ -79,6 +82,7 @@ def catalog_table(offers, width: int):
 
     from infra.software import retirement
     from orchestrator.cli.render.fit import Col, fit_table
+    from orchestrator.cli.render.plan_table import gpu_config
     from orchestrator.cli.render.summary import plural
 
     cols = [Col("cloud"), Col("region"), Col("instance", free=True), Col("GPU"), Col("GPU GB", True, spare=4),
@@ -92,7 +96,7 @@ def catalog_table(offers, width: int):
         split = (f"{o.host_price_per_hour:.3f} + {o.gpu_price_per_hour:.3f}"
                  if o.host_price_per_hour is not None and o.gpu_price_per_hour is not None else "")
         rows.append((o.cloud, o.region, ("† " if r else "") + o.instance_type,
-                     f"{o.accelerator or 'CPU'}×{o.accelerator_count}", f"{o.gpu_memory_gb:g}", str(o.vcpus),
+                     gpu_config(o), f"{o.gpu_memory_gb:g}", str(o.vcpus),
                      f"{o.memory_gb:g}", f"{o.price_per_hour:.4f}",
                      f"{o.spot_price_per_hour:.4f}" if o.spot_price_per_hour is not None else "-",
                      o.price_date, o.spot_price_date or "-", split))

@@ -12,7 +12,7 @@ def test_a_known_gpu_no_cloud_offers():
 
 def test_a_count_the_gpu_does_not_come_in():
     code, result = invoke(cli_plan.catalog_group, ["--gpu", "T4x8", "--cloud", "gcp"])
-    assert code == 0 and "; T4 comes T4×1, T4×2, T4×4, not ×8" in result.stderr
+    assert code == 0 and "; T4 comes as 1×T4, 2×T4, 4×T4, not 8×T4" in result.stderr
 
 
 def test_a_typo_gets_the_nearest_names():

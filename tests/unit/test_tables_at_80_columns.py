@@ -25,7 +25,7 @@ def test_catalog_of_a_retired_gpu(monkeypatch):
     assert code == 0, result.output
     text = table.getvalue()
     assert all(len(line) <= 80 for line in text.splitlines()), text
-    assert "† p2.xlarge" in text and " 0.9000 " in text and "2022-06-01" in text
+    assert "† p2.xlarge" in text and "1×K80" in text and " 0.9000 " in text and "2022-06-01" in text
     assert "† retired: AWS p2 (K80) retired on" in result.output
     assert "prices dated 2022-06-01, the oldest" in result.output and "years old" in result.output
     assert "left out at this width: " in result.output
