@@ -140,7 +140,8 @@ class RichDisplay(PlainDisplay):
         grid = Table.grid(padding=(0, 2))
         elapsed = time.time() - v.started
         where = f" on {v.backend}" if v.backend else ""
-        grid.add_row("phase", f"[bold]{v.phase}[/]{where}", "elapsed", f"{elapsed:.0f} s")
+        # what dlrun shows is text, never markup: a backend's or a metric's name with '[' in it stays as written
+        grid.add_row("phase", Text.assemble((v.phase, "bold"), where), "elapsed", f"{elapsed:.0f} s")
         if v.progress is not None:
             bar = ProgressBar(total=1000, completed=round(v.progress * 1000), width=30)
             grid.add_row("progress", progress_text(v), "", bar)
@@ -152,12 +153,12 @@ class RichDisplay(PlainDisplay):
         # the values the job reported, under its own names
         metrics = [f"{k} {fmt_value(x)}" for k, x in v.metrics.items() if isinstance(x, (int, float))]
         if metrics:
-            grid.add_row("metrics", "  ".join(metrics), "", "")
+            grid.add_row("metrics", Text("  ".join(metrics)), "", "")
         budget = usd(v.accrued) + (f" of {usd(v.max_cost)}" if v.max_cost else "")
         grid.add_row("cost", budget, "", "")
         for line in v.log_tail[-self.tail:]:
             grid.add_row("", Text(line[:110], style="dim"), "", "")  # a log line is text, never markup
-        return Panel(grid, title=f"dlrun {v.name} {v.job_id}", expand=False)
+        return Panel(grid, title=Text(f"dlrun {v.name} {v.job_id}"), expand=False)
 
     def update(self, view: JobView) -> None:
         self.view = view
