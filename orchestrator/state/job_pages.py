@@ -10,6 +10,7 @@ from orchestrator.state.records import JobRecord
 from orchestrator.states import LIVE
 
 LIVE_FILTER = "live"  # the status filter's value for every job not ended yet
+NOT_LAUNCHED = "not launched"  # the cost's backend of a job that never got one
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def schedule_jobs(store: Store, schedule_id: str, limit: int = 365) -> list[JobR
 class CostCell:
     """What the jobs created on one local day on one backend were estimated to cost and cost (recorded)."""
     day: str
-    backend: str  # "-" for jobs that never launched
+    backend: str  # NOT_LAUNCHED for jobs that never launched
     jobs: int
     est_hours: float
     actual_hours: float
@@ -78,12 +79,12 @@ def cost_cells(store: Store, days: int = 90) -> list[CostCell]:
     """Per local day and backend, newest day first, the last `days` days that had jobs. actual_cost is what
     the store has recorded (a live job's running cluster is not in it: the caller adds it)."""
     rows = store._query(
-        "SELECT date(created_at, 'unixepoch', 'localtime') AS day, COALESCE(backend, '-') AS backend, "
+        "SELECT date(created_at, 'unixepoch', 'localtime') AS day, COALESCE(backend, ?) AS backend, "
         "COUNT(*) AS jobs, SUM(COALESCE(est_seconds, 0)) / 3600.0 AS est_hours, "
         "SUM(COALESCE(actual_seconds, 0)) / 3600.0 AS actual_hours, SUM(COALESCE(est_cost, 0)) AS est_cost, "
         "SUM(COALESCE(actual_cost, 0)) AS actual_cost FROM jobs "
         "WHERE date(created_at, 'unixepoch', 'localtime') IN (SELECT DISTINCT date(created_at, 'unixepoch', "
         "'localtime') AS d FROM jobs ORDER BY d DESC LIMIT ?) GROUP BY day, backend ORDER BY day DESC, backend",
-        (days,))
+        (NOT_LAUNCHED, days))
     return [CostCell(r["day"], r["backend"], int(r["jobs"]), float(r["est_hours"]), float(r["actual_hours"]),
                      float(r["est_cost"]), float(r["actual_cost"])) for r in rows]

@@ -154,7 +154,7 @@ def cost_view(store: Store) -> dict:
     """Estimated against actual per day and backend, a live job's running cluster counted as far as now."""
     cells = {(c.day, c.backend): c.__dict__.copy() for c in job_pages.cost_cells(store)}
     for job in store.list_jobs(limit=10000, live_only=True):
-        key = (time.strftime("%Y-%m-%d", time.localtime(job.created_at)), job.backend or "-")
+        key = (time.strftime("%Y-%m-%d", time.localtime(job.created_at)), job.backend or job_pages.NOT_LAUNCHED)
         if key in cells:
             cells[key]["actual_cost"] += accrued_cost(store, job) - job.actual_cost
     rows = list(cells.values())

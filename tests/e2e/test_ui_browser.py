@@ -121,9 +121,9 @@ def test_jobs_page_filters_and_a_job_page_draws_its_plan_and_curves(browser, ui_
 
     browser.find_element(By.CSS_SELECTOR, "#jobs tbody a").click()
     _until("the job's page", lambda: browser.find_element(By.ID, "job-name").text == HOSTILE)
-    points = browser.find_elements(By.CSS_SELECTOR, "#plan-chart circle.point")
-    assert len(points) == 5 and len(browser.find_elements(By.CSS_SELECTOR, "#plan-chart circle.chosen")) == 1
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#plan-chart circle.excluded")) == 1
+    points = browser.find_elements(By.CSS_SELECTOR, "#plan-chart > circle.point")  # (the legend's are in a <g>)
+    assert len(points) == 5 and len(browser.find_elements(By.CSS_SELECTOR, "#plan-chart > circle.chosen")) == 1
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#plan-chart > circle.excluded")) == 1
     assert browser.find_element(By.CSS_SELECTOR, "#plan-chart polyline.frontier").get_attribute("points")
     assert "excluded: over the budget of $5.00" in browser.find_element(By.ID, "plan-table").text
     charts = _until("the curves", lambda: browser.find_elements(By.CSS_SELECTOR, "svg.curve-chart"))

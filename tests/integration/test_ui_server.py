@@ -202,3 +202,13 @@ def test_a_port_in_use_is_one_line_and_exit_2(dlrun_home):
     assert err.strip().splitlines() == [f"dlrun: error: --port {port}: 127.0.0.1:{port} is in use; choose another "
                                         "port or leave --port out"]
     assert json.dumps(err).count("Traceback") == 0
+
+
+def test_ctrl_c_stops_it_with_one_line_and_exit_0(dlrun_home):
+    import signal
+
+    proc = _dlrun_ui("--port", "0", home=dlrun_home)
+    assert "dlrun ui: http://127.0.0.1:" in proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and err == "dlrun ui: stopped\n"

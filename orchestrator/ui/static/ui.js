@@ -39,10 +39,10 @@
   }
 
   // --- charts: axes, scatter, lines, bars; every label a text node --------------------------------
-  function frame(svg, xs, ys, xLabel, yLabel) {
+  function frame(svg, xs, ys, xLabel, yLabel, top) {
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     const W = +svg.getAttribute("width"), H = +svg.getAttribute("height");
-    const m = { l: 64, r: 16, t: 12, b: 40 };
+    const m = { l: 64, r: 16, t: top || 12, b: 40 };
     let [x0, x1] = [Math.min(...xs), Math.max(...xs)], [y0, y1] = [Math.min(0, ...ys), Math.max(...ys)];
     if (x1 === x0) { x0 -= x0 ? Math.abs(x0) * 0.1 : 1; x1 += x1 ? Math.abs(x1) * 0.1 : 1; }
     if (y1 === y0) { y1 += y1 ? Math.abs(y1) * 0.1 : 1; }
@@ -59,6 +59,18 @@
     svg.appendChild(svgEl("text", { x: 12, y: (H - m.b + m.t) / 2, class: "label", "text-anchor": "middle",
                                     transform: `rotate(-90 12 ${(H - m.b + m.t) / 2})` }, yLabel));
     return { px, py };
+  }
+
+  function legend(svg, items) {
+    // items: [[class of the swatch, its SVG tag and attributes, the words]], drawn at the top right
+    const W = +svg.getAttribute("width"), box = svgEl("g", { class: "legend-box" });
+    items.forEach(([tag, attrs, words], i) => {
+      const y = 18 + i * 15, x = W - 190;
+      box.appendChild(svgEl(tag, Object.assign({}, attrs, tag === "line" ? { x1: x, x2: x + 14, y1: y - 4, y2: y - 4 }
+        : tag === "rect" ? { x, y: y - 9, width: 12, height: 9 } : { cx: x + 6, cy: y - 4 })));
+      box.appendChild(svgEl("text", { x: x + 20, y, class: "legend" }, words));
+    });
+    svg.appendChild(box);
   }
 
   function planChart(svg, plan) {
@@ -83,6 +95,10 @@
                                           (p.chosen ? " (chosen)" : !p.feasible ? " — excluded: " + (p.why || "") : "")));
       svg.appendChild(dot);
     });
+    legend(svg, [["circle", { r: 6, class: "point chosen", fill: "#fff" }, "chosen"],
+                 ["line", { class: "frontier" }, "cheapest per deadline"],
+                 ["circle", { r: 4, class: "point excluded", fill: "none", stroke: "#555" }, "excluded (hover: why)"],
+                 ["line", { class: "budget" }, "--max-cost"]]);
   }
 
   function lineChart(svg, points, name) {
@@ -91,23 +107,25 @@
     points.forEach((p) => svg.appendChild(svgEl("circle", { cx: px(p[0]), cy: py(p[1]), r: 2.5, class: "curve-point" })));
   }
 
-  function barChart(svg, groups, yLabel) {
+  function barChart(svg, groups, yLabel, fmt) {
     // groups: [{label, est, actual}]: two bars each, the estimate hollow and the actual filled
     if (!groups.length) return;
+    fmt = fmt || usd;
     const vals = groups.flatMap((g) => [g.est, g.actual]);
-    frame(svg, [0, 1], vals.concat([0]), "", yLabel);
+    frame(svg, [0, 1], vals.concat([0]), "", yLabel, 40);
     while (svg.querySelector("text.tick[text-anchor=middle]")) svg.querySelector("text.tick[text-anchor=middle]").remove();
     const W = +svg.getAttribute("width"), H = +svg.getAttribute("height"), top = Math.max(...vals, 1e-9);
-    const left = 64, bottom = 40, width = (W - left - 16) / groups.length;
-    const h = (v) => ((H - bottom - 12) * v) / top;
+    const left = 64, bottom = 40, width = Math.min(90, (W - left - 16) / groups.length);
+    const h = (v) => ((H - bottom - 40) * v) / top;
     groups.forEach((g, i) => {
       const x = left + i * width + width * 0.15, bw = width * 0.35;
       const est = svgEl("rect", { x, y: H - bottom - h(g.est), width: bw, height: h(g.est), class: "bar-est" });
-      est.appendChild(svgEl("title", {}, g.label + " estimated: " + usd(g.est)));
+      est.appendChild(svgEl("title", {}, g.label + " estimated: " + fmt(g.est)));
       const act = svgEl("rect", { x: x + bw, y: H - bottom - h(g.actual), width: bw, height: h(g.actual), class: "bar-actual" });
-      act.appendChild(svgEl("title", {}, g.label + " actual: " + usd(g.actual)));
+      act.appendChild(svgEl("title", {}, g.label + " actual: " + fmt(g.actual)));
       svg.append(est, act, svgEl("text", { x: x + bw, y: H - bottom + 14, class: "tick", "text-anchor": "middle" }, g.label));
     });
+    legend(svg, [["rect", { class: "bar-est" }, "estimated"], ["rect", { class: "bar-actual" }, "actual"]]);
   }
 
   // --- the jobs page --------------------------------------------------------------------------------
@@ -227,9 +245,15 @@
   function schedulesPage() {
     const data = initial();
     document.querySelectorAll("svg.night-chart").forEach((svg) => {
-      const runs = data[+svg.dataset.index].runs;
+      const runs = data[+svg.dataset.index].runs.slice(-30);
       if (!runs.length) { svg.remove(); return; }
-      barChart(svg, runs.map((r) => ({ label: (r.day || "").slice(5, 10), est: r.est_cost, actual: r.cost })), "$ per night");
+      const label = (r) => (r.day || "").slice(5, 10);
+      if (svg.dataset.measure === "hours") {
+        barChart(svg, runs.map((r) => ({ label: label(r), est: r.est_hours, actual: r.hours })), "hours per night",
+                 (v) => num(v, 2) + " h");
+      } else {
+        barChart(svg, runs.map((r) => ({ label: label(r), est: r.est_cost, actual: r.cost })), "$ per night");
+      }
     });
   }
 
