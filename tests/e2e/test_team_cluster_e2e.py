@@ -248,3 +248,15 @@ def test_down_orphans_stops_dlruns_jobs_no_live_job_of_this_store_owns(team, tmp
         time.sleep(1)
     assert cluster_api(team, f"/api/jobs/{other['submission_id']}")["status"] in ("PENDING", "RUNNING")
     cluster_api(team, f"/api/jobs/{other['submission_id']}/stop", "POST")
+
+
+def test_check_asks_each_team_cluster_what_it_has(team, tmp_path, dlrun_home):
+    configure(dlrun_home, {"lab": lab(team, tmp_path)})
+    r = dlrun("check", "--cloud", "cluster", home=dlrun_home)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"cluster:lab: usable — {team.address}: 3 nodes alive" in " ".join(r.stdout.split())
+    bad = tmp_path / "wrong-token"
+    bad.write_text("not-the-token")
+    configure(dlrun_home, {"lab": lab(team, tmp_path, token_file=str(bad))})
+    r = dlrun("check", "--cloud", "cluster", home=dlrun_home)
+    assert r.returncode == 4 and "cluster:lab: not usable" in r.stdout and "refused" in r.stdout, r.stdout
