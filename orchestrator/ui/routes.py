@@ -16,6 +16,7 @@ from orchestrator.ui import views
 TOKEN_HEADER = "X-Dlrun-Token"  # where a POST carries the token (a page of another origin cannot set it)
 TOKEN_KEY: web.AppKey[str] = web.AppKey("token", str)
 STORE_KEY: web.AppKey[Store] = web.AppKey("store", Store)
+CURVES_KEY: web.AppKey[views.Curves] = web.AppKey("curves", views.Curves)
 PER_PAGE = 50
 PACKAGE = files("orchestrator.ui")
 STATIC = {"ui.js": "text/javascript", "ui.css": "text/css"}
@@ -65,11 +66,12 @@ async def jobs_json(request: web.Request) -> web.Response:
 async def job_page(request: web.Request) -> web.Response:
     job = _job(request)
     store = _store(request)
-    return _page(request, "job.html", job=job, initial=views.job_view(store, job), plan=views.plan_view(store, job))
+    return _page(request, "job.html", job=job, initial=views.job_view(store, job, request.app[CURVES_KEY]),
+                 plan=views.plan_view(store, job))
 
 
 async def job_json(request: web.Request) -> web.Response:
-    return web.json_response(views.job_view(_store(request), _job(request)))
+    return web.json_response(views.job_view(_store(request), _job(request), request.app[CURVES_KEY]))
 
 
 async def log_json(request: web.Request) -> web.Response:
@@ -120,6 +122,7 @@ async def static(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    app[CURVES_KEY] = views.Curves()
     app.router.add_get("/", jobs_page)
     app.router.add_get("/api/jobs", jobs_json)
     app.router.add_get("/jobs/{job}", job_page)

@@ -98,12 +98,29 @@ def log_view(job_id: str, after: int) -> dict:
     return {"lines": lines, "offset": offset}
 
 
-def curves(job_id: str) -> dict:
-    """Per reported epoch, every number the job reported (loss, accuracy, samples/s ...), from its log."""
+class Curves:
+    """Per reported epoch, every number each job reported (loss, accuracy, samples/s ...), read from its kept
+    log: each log once, then only what was added since (a page polls a running job every 2 s)."""
+
+    KEEP = 64  # jobs remembered (the pages open lately)
+
+    def __init__(self) -> None:
+        self._read: dict[str, tuple[int, dict[str, list[list[float]]]]] = {}
+
+    def of(self, job_id: str) -> dict:
+        offset, series = self._read.pop(job_id, (0, {}))
+        text, offset = _log_text(job_log_path(job_id), offset)
+        _add_points(series, text)
+        self._read[job_id] = (offset, series)
+        while len(self._read) > self.KEEP:
+            self._read.pop(next(iter(self._read)))
+        order = [k for k in CURVE_KEYS if k in series] + sorted(k for k in series if k not in CURVE_KEYS)
+        return {"series": [{"name": k, "points": series[k]} for k in order]}
+
+
+def _add_points(series: dict[str, list[list[float]]], text: str) -> None:
     from jobs.metrics import parse_line
 
-    text, _ = _log_text(job_log_path(job_id), 0)
-    series: dict[str, list[list[float]]] = {}
     for line in text.splitlines():
         parsed = parse_line(line.rsplit("\r", 1)[-1])
         if parsed is None or parsed[0] == "result" or "event" in parsed[1] or "epoch" not in parsed[1]:
@@ -118,11 +135,9 @@ def curves(job_id: str) -> dict:
                 continue
             if isinstance(value, (int, float)):
                 series.setdefault(str(key), []).append([epoch, float(value)])
-    order = [k for k in CURVE_KEYS if k in series] + sorted(k for k in series if k not in CURVE_KEYS)
-    return {"series": [{"name": k, "points": series[k]} for k in order]}
 
 
-def job_view(store: Store, job: JobRecord) -> dict:
+def job_view(store: Store, job: JobRecord, curves: Curves) -> dict:
     """Everything a job's page shows that changes while it runs (its log comes separately)."""
     now = time.time()
     events = [{"at": _local(e.ts), "kind": e.kind, "status": e.status, "detail": e.detail}
@@ -130,7 +145,7 @@ def job_view(store: Store, job: JobRecord) -> dict:
     clusters = store.job_clusters(job.id)
     cluster_up = any(not c.terminated for c in clusters)
     dashboard = job.ray_address if job.live and cluster_up and (job.ray_address or "").startswith("http") else None
-    return {"job": job_row(store, job, now), "events": events, "curves": curves(job.id),
+    return {"job": job_row(store, job, now), "events": events, "curves": curves.of(job.id),
             "dashboard": dashboard, "cluster_gone": bool(clusters) and not cluster_up,
             "submission": job.ray_submission_id}
 

@@ -66,10 +66,14 @@ def test_curves_are_every_number_reported_per_epoch_from_the_kept_log():
         'DLRUN_RESULT {"accuracy": 0.8}',
         "DLRUN_METRIC {not json",
     ]) + "\n")
-    series = {s["name"]: s["points"] for s in views.curves(job_id)["series"]}
+    curves = views.Curves()
+    series = {s["name"]: s["points"] for s in curves.of(job_id)["series"]}
     assert series == {"loss": [[1.0, 0.9], [2.0, 0.4]], "accuracy": [[1.0, 0.5], [2.0, 0.8]],
                       "lr": [[1.0, 0.1], [2.0, 0.05]], HOSTILE: [[2.0, 3.0]]}
-    assert [s["name"] for s in views.curves(job_id)["series"]][:2] == ["loss", "accuracy"]
+    assert [s["name"] for s in curves.of(job_id)["series"]][:2] == ["loss", "accuracy"]
+    with open(job_log_path(job_id), "a") as f:  # read again: only what was added since
+        f.write(metric_line(epoch=3, epochs=3, loss=0.2) + "\n")
+    assert [s["points"] for s in curves.of(job_id)["series"]][0] == [[1.0, 0.9], [2.0, 0.4], [3.0, 0.2]]
 
 
 def test_the_log_is_read_in_whole_lines_from_where_the_page_left_it():
@@ -124,7 +128,7 @@ def test_cost_per_day_and_backend_estimated_against_actual():
 def test_a_job_view_holds_its_status_history_and_its_cluster_state():
     store = Store()
     seeded = seed_pages(store, nights=1)
-    view = views.job_view(store, store.get_job(seeded.jobs[0]))
+    view = views.job_view(store, store.get_job(seeded.jobs[0]), views.Curves())
     statuses = [e["status"] for e in view["events"] if e["kind"] == "status"]
     assert statuses == ["PENDING", "PROVISIONING", "RUNNING", "SUCCEEDED"]
     assert view["job"]["status"] == JobStatus.SUCCEEDED.value and view["dashboard"] is None

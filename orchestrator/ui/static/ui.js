@@ -190,7 +190,7 @@
         " · actual " + num(j.actual_hours, 3) + " h";
       document.getElementById("message").textContent = j.message || "";
       const dash = document.getElementById("dashboard");
-      dash.hidden = !v.dashboard;
+      document.getElementById("dashboard-box").hidden = !v.dashboard;
       if (v.dashboard) dash.href = v.dashboard;
       document.getElementById("cluster-gone").hidden = !v.cluster_gone;
       cancel.hidden = !j.live;
