@@ -8,6 +8,7 @@ from importlib.resources import files
 import jinja2
 from aiohttp import web
 
+from orchestrator.errors import DlrunError
 from orchestrator.state.db import Store
 from orchestrator.state.job_pages import JobFilter
 from orchestrator.state.records import JobRecord
@@ -87,7 +88,10 @@ async def cancel(request: web.Request) -> web.Response:
     """End the job as `dlrun cancel` does (stop its Ray job; its supervisor, or this, tears down)."""
     job = _job(request)
     path = _store(request).path
-    text = await asyncio.get_running_loop().run_in_executor(None, _cancel, path, job.id)
+    try:
+        text = await asyncio.get_running_loop().run_in_executor(None, _cancel, path, job.id)
+    except DlrunError as e:  # e.g. a cloud refused the teardown: said as `dlrun cancel` says it
+        return web.json_response({"message": f"not cancelled: {e.message}"}, status=502)
     return web.json_response({"message": text})
 
 

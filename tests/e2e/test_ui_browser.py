@@ -118,6 +118,9 @@ def test_jobs_page_filters_and_a_job_page_draws_its_plan_and_curves(browser, ui_
     Select(browser.find_element(By.NAME, "schedule")).select_by_value("")
     browser.find_element(By.NAME, "name").send_keys("<b>")
     _until("only the job named with HTML", lambda: _rows(browser) == [HOSTILE])
+    browser.refresh()  # the URL kept the filter
+    _until("the filter kept by a reload", lambda: _rows(browser) == [HOSTILE])
+    assert browser.find_element(By.NAME, "name").get_attribute("value") == "<b>"
 
     browser.find_element(By.CSS_SELECTOR, "#jobs tbody a").click()
     _until("the job's page", lambda: browser.find_element(By.ID, "job-name").text == HOSTILE)

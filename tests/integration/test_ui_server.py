@@ -118,6 +118,10 @@ def test_cancel_is_a_post_with_the_token_in_its_header_from_this_origin():
         assert r.status == 401
         r = await client.post(url, data={"token": TOKEN})  # a form field: no header, refused the same
         assert r.status == 401
+        r = await client.options(url, headers={"Origin": "http://evil.example",  # the CORS preflight: refused
+                                                "Access-Control-Request-Method": "POST",
+                                                "Access-Control-Request-Headers": TOKEN_HEADER})
+        assert r.status == 401 and "Access-Control-Allow-Origin" not in r.headers
         r = await client.post(url, headers={TOKEN_HEADER: TOKEN, "Origin": "http://evil.example"})
         assert r.status == 403
         assert store.get_job(waiting).status is JobStatus.PENDING

@@ -131,12 +131,17 @@
   // --- the jobs page --------------------------------------------------------------------------------
   function jobsPage() {
     const form = document.getElementById("filters"), body = document.querySelector("#jobs tbody");
-    let page = 0, shown = initial();
+    const asked = new URLSearchParams(window.location.search);  // the filters of the URL the page was opened at
+    for (const field of ["status", "backend", "schedule", "name"]) if (asked.get(field)) form.elements[field].value = asked.get(field);
+    let page = Math.max(0, parseInt(asked.get("page") || "0", 10) || 0), shown = initial();
     function query() {
       const q = new URLSearchParams();
       for (const [k, v] of new FormData(form)) if (v) q.set(k, v);
       q.set("page", page);
       return q.toString();
+    }
+    function remember() {  // the URL keeps the filters (a reload or a bookmark shows the same jobs)
+      window.history.replaceState(null, "", "/?" + query() + "&token=" + encodeURIComponent(TOKEN));
     }
     function render(data) {
       shown = data;
@@ -161,10 +166,11 @@
     async function refresh() {
       try { render(await api("/api/jobs?" + query())); } catch (e) { document.getElementById("updated").textContent = String(e); }
     }
-    form.addEventListener("input", () => { page = 0; refresh(); });
-    form.addEventListener("submit", (e) => { e.preventDefault(); page = 0; refresh(); });
-    document.getElementById("prev").addEventListener("click", () => { page = Math.max(0, page - 1); refresh(); });
-    document.getElementById("next").addEventListener("click", () => { page += 1; refresh(); });
+    const changed = () => { remember(); refresh(); };
+    form.addEventListener("input", () => { page = 0; changed(); });
+    form.addEventListener("submit", (e) => { e.preventDefault(); page = 0; changed(); });
+    document.getElementById("prev").addEventListener("click", () => { page = Math.max(0, page - 1); changed(); });
+    document.getElementById("next").addEventListener("click", () => { page += 1; changed(); });
     render(shown);
     setInterval(refresh, POLL_MS);
   }
