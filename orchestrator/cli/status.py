@@ -139,6 +139,8 @@ def _words(detail: dict) -> str:
     def value(v) -> str:
         if isinstance(v, bool):
             return "yes" if v else "no"
+        if isinstance(v, (list, tuple)) and any(isinstance(x, dict) for x in v):
+            return str(len(v))  # records (a plan's candidates): their count; `dlrun ui` and --json have them
         if isinstance(v, (list, tuple)):
             return ",".join(value(x) for x in v) or "-"
         if isinstance(v, dict):

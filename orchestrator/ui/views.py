@@ -137,10 +137,18 @@ def _add_points(series: dict[str, list[list[float]]], text: str) -> None:
                 series.setdefault(str(key), []).append([epoch, float(value)])
 
 
+def _detail(text: str, data: dict) -> str:
+    """An event's detail in words: name=value, a list of records (the plan's candidates) by its count."""
+    if not data:
+        return text
+    return " ".join(f"{k}={len(v)}" if isinstance(v, list) and any(isinstance(x, dict) for x in v)
+                    else f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in data.items())
+
+
 def job_view(store: Store, job: JobRecord, curves: Curves) -> dict:
     """Everything a job's page shows that changes while it runs (its log comes separately)."""
     now = time.time()
-    events = [{"at": _local(e.ts), "kind": e.kind, "status": e.status, "detail": e.detail}
+    events = [{"at": _local(e.ts), "kind": e.kind, "status": e.status, "detail": _detail(e.detail, e.data)}
               for e in store.events(job.id)]
     clusters = store.job_clusters(job.id)
     cluster_up = any(not c.terminated for c in clusters)

@@ -131,4 +131,6 @@ def test_a_job_view_holds_its_status_history_and_its_cluster_state():
     view = views.job_view(store, store.get_job(seeded.jobs[0]), views.Curves())
     statuses = [e["status"] for e in view["events"] if e["kind"] == "status"]
     assert statuses == ["PENDING", "PROVISIONING", "RUNNING", "SUCCEEDED"]
+    (plan,) = [e["detail"] for e in view["events"] if e["kind"] == "plan"]
+    assert plan == "chosen=local CPU spot=False est_hours=0.2 est_cost=0.02 unusable= candidates=5"
     assert view["job"]["status"] == JobStatus.SUCCEEDED.value and view["dashboard"] is None
