@@ -124,6 +124,8 @@ SETTINGS: tuple[Setting, ...] = (
          "`AWS_ENDPOINT_URL_<SERVICE>` for one"),
     _env("AWS_ENDPOINT_URL_S3", str, None, "boto3's S3 endpoint (dlrun's and the job's checkpoints)"),
     _env("AWS_DEFAULT_REGION", str, "us-east-1", "the region whose prices a plan reads when the job names none"),
+    _env("AWS_REGION", str, None, "boto3's region, ahead of AWS_DEFAULT_REGION: where `dlrun check` asks AWS who you "
+         "are and which regions you reach"),
     _env("AWS_PROFILE", str, None, "AWS credentials as boto3 finds them (also AWS_ACCESS_KEY_ID, ~/.aws)"),
     _env("AWS_ACCESS_KEY_ID", str, None, "AWS credentials from the environment"),
     _env("AWS_WEB_IDENTITY_TOKEN_FILE", Path, None, "AWS credentials from a web identity (EKS, CI)"),
