@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 
+import shutil
+import textwrap
+
 import click
 
 from orchestrator.errors import UsageError
@@ -76,13 +79,24 @@ def _table(rows) -> None:
         table.add_column(col, justify="right" if col in ("step", "range", "samples/s", "run") else "left")
     for e in rows:
         gpu = f"{e.count}×{e.gpu}" if e.count > 1 else e.gpu
+        run = human_duration(e.run_seconds)
+        if e.start_seconds:
+            run += f" ({human_duration(e.start_seconds)} start)"
         table.add_row(gpu, _ms(e.step_seconds), f"{_ms(e.low)}–{_ms(e.high)}", f"{e.samples_per_second:,.0f}",
-                      human_duration(e.run_seconds), e.basis)
+                      run, e.basis)
     console = Console()
     (console if console.is_terminal else Console(width=160)).print(table)
-    details = sorted({e.detail for e in rows if e.detail})
-    for d in details:
-        click.echo(f"  {d}")
+    notes = sorted({e.detail for e in rows if e.detail})
+    if any(e.start_seconds for e in rows):
+        notes.append("run: the job's steps and evaluation, and its process's start (imports, CUDA, data load); "
+                     "a cluster's start-up is apart (dlrun plan)")
+    if any(e.count > 1 for e in rows):
+        notes.append("N×GPU: workload.batch_size is the whole step's batch, split across the N GPUs (data parallel: "
+                     "each steps the whole optimizer, then the gradients are all-reduced); samples/s counts the "
+                     "whole batch")
+    width = shutil.get_terminal_size((80, 24)).columns
+    for note in notes:
+        click.echo(textwrap.fill(note, width=max(40, width), initial_indent="  ", subsequent_indent="    "))
 
 
 def _ms(seconds: float) -> str:

@@ -326,6 +326,7 @@ class GpuEstimate:
     run_seconds: float  # the job's run (its steps, evaluation and process start), not a cluster's start-up
     basis: str  # measured here | scaled from this machine's GPU | roofline, and 'corrected by N finished runs'
     detail: str  # where the figures come from, in words
+    start_seconds: float = 0.0  # the job process's own start inside run_seconds (imports, CUDA, data load)
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -346,4 +347,4 @@ def estimate_on_gpu(profile, gpu: str, count: int = 1, *, here: bool = False, hi
         basis += f", corrected by {runs} finished run{'s' if runs != 1 else ''}"
     return GpuEstimate(gpu=gpu, count=count, step_seconds=step, low=step / spread, high=step * spread,
                        samples_per_second=profile.batch_size / step if step > 0 else 0.0,
-                       run_seconds=train + start, basis=basis, detail=priced.detail)
+                       run_seconds=train + start, basis=basis, detail=priced.detail, start_seconds=start)

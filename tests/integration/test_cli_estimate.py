@@ -8,7 +8,8 @@ from tests.support.cli import invoke, job_file
 
 LSTM = {"model": "tests.support.models:TinyLSTM", "input_shape": [16], "input_dtype": "long", "batch_size": 8,
         "dataset_size": 80, "epochs": 2}
-KEYS = {"gpu", "count", "step_seconds", "samples_per_second", "run_seconds", "basis", "low", "high", "detail"}
+KEYS = {"gpu", "count", "step_seconds", "samples_per_second", "run_seconds", "basis", "low", "high", "detail",
+        "start_seconds"}
 
 
 @pytest.fixture(autouse=True)
@@ -27,6 +28,19 @@ def test_any_gpu_of_the_table_with_its_basis_and_range_as_json(tmp_path):
         assert r["low"] < r["step_seconds"] < r["high"]
         assert r["samples_per_second"] == pytest.approx(8 / r["step_seconds"])
         assert r["run_seconds"] > r["step_seconds"] * 20  # two epochs of ten steps, plus the process's start
+
+
+def test_the_screen_says_the_start_inside_the_run_how_n_gpus_share_the_batch_and_the_host(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    path = job_file(tmp_path, workload=LSTM, resources={"clouds": ["aws"]})
+    code, result = invoke(cli_estimate.estimate_command, [path, "--gpu", "H200", "--gpu", "H100:8"])
+    assert code == 0, result.output
+    out = result.output
+    assert " start)" in out  # the run column: "7 s (5 s start)"
+    assert "N×GPU: workload.batch_size is the whole step's batch, split across the N GPUs" in " ".join(out.split())
+    assert "host CPU: the H200 calibration host" in " ".join(out.split())
+    notes = out[out.index("└"):].splitlines()[1:]
+    assert notes and all(len(line) <= 80 for line in notes)
 
 
 def test_by_default_the_gpus_the_jobs_offers_have(tmp_path):
