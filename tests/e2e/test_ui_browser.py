@@ -157,6 +157,16 @@ def test_a_running_local_job_advances_without_a_reload_and_is_cancelled(browser,
     assert r.returncode == 0, r.stderr[-2000:]
     job = r.stdout.strip()
     try:
+        browser.get(ui_url)  # the jobs page follows the job's status as it starts, without a reload
+        browser.execute_script("window.stillTheSamePage = true")
+        row = f'#jobs tbody tr[data-job="{job}"] td.status'
+        _until("the job listed RUNNING", lambda: browser.find_element(By.CSS_SELECTOR, row).text == "RUNNING",
+               timeout=90)
+        elapsed = f'#jobs tbody tr[data-job="{job}"] td:nth-child(6)'
+        before = browser.find_element(By.CSS_SELECTOR, elapsed).text
+        _until("its elapsed time advancing", lambda: browser.find_element(By.CSS_SELECTOR, elapsed).text != before)
+        assert browser.execute_script("return window.stillTheSamePage") is True
+
         browser.get(ui_url.replace("/?", f"/jobs/{job}?"))
         browser.execute_script("window.stillTheSamePage = true")
 
@@ -164,7 +174,7 @@ def test_a_running_local_job_advances_without_a_reload_and_is_cancelled(browser,
             lines = browser.find_elements(By.CSS_SELECTOR, 'svg.curve-chart[data-metric="loss"] polyline.curve')
             return len(lines[0].get_attribute("points").split()) if lines else 0
 
-        first = _until("the first epochs drawn", epochs_drawn, timeout=90)
+        first = _until("the first epochs drawn", epochs_drawn, timeout=60)
         _until("more epochs drawn, the page not reloaded", lambda: epochs_drawn() > first, timeout=30)
         assert browser.execute_script("return window.stillTheSamePage") is True
         assert browser.find_element(By.ID, "status").text == "RUNNING"
