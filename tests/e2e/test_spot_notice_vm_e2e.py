@@ -8,11 +8,13 @@ import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import boto3
 import pytest
 
 from infra.aws.storage import run_bucket_name
+from jobs.notice import NOTICE_FILE_ENV
 from tests.support.vm.cloud_runs import (  # noqa: F401
     REGION, ROOT, assert_aws_left_nothing, checkpointed_epoch, dlrun, env, instances, job_file, lab, status,
     wait_for)
@@ -20,10 +22,12 @@ from tests.support.vm.clouds import wait_until
 from tests.support.vm.fixtures import vm_support_problem
 from tests.support.aws_moto import moto_server  # noqa: F401
 
-# a ceiling, not a timer: the notice is posted as soon as epoch 2's checkpoint is in S3, and the job
-# checks for it every 2 s (jobs/notice.py POLL_S). An idle VM runs an epoch of batch 8 in 0.45 s: 20 epochs
-# leave the notice ~8 s, four of its polls (10 left it one or two)
-EPOCHS, BATCH = 20, 8
+# Not a race with the machine's speed: once epoch 2's checkpoint is in S3 the training is paused (SIGSTOP, as a
+# VM whose CPU is withheld), the notice posted, and the training continued only once the node's watcher has
+# written the flag (jobs/notice.py polls every 2 s): the job stops at its next step, wherever the test's own steps
+# took their time. What is left between the checkpoint and the pause is one 0.1 s poll of S3, against the 10
+# epochs after epoch 2.
+EPOCHS, BATCH = 12, 8
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
 
 
@@ -33,6 +37,13 @@ def uninterrupted_accuracy() -> float:
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"})
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("DLRUN_RESULT "))
     return json.loads(line.split(" ", 1)[1])["accuracy"]
+
+
+def notice_flag(pid: int) -> Path:
+    """The job's notice flag file (jobs/notice.py NOTICE_FILE_ENV in its environment), seen from the host."""
+    variables = dict(item.split(b"=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                     if b"=" in item)
+    return Path(f"/proc/{pid}/root") / variables[NOTICE_FILE_ENV.encode()].decode().lstrip("/")
 
 
 def test_spot_vm_preempted_with_notice_resumes_mid_epoch_from_s3(env, tmp_path, moto_server, lab, dlrun_home,  # noqa: F811
@@ -47,8 +58,12 @@ def test_spot_vm_preempted_with_notice_resumes_mid_epoch_from_s3(env, tmp_path, 
     wait_until(lambda: checkpointed_epoch(moto_server, "notice-cnn") >= 2, 400, "no checkpoint of epoch 2",
                interval_s=0.1)
     (first,) = instances(moto_server, job, ["running"])
-    assert first["IamInstanceProfile"]["Arn"].split("/")[-1].startswith("dlrun-node-")
-    lab.vms[first["InstanceId"]].metadata.notice()  # EC2 posts the two-minute warning
+    vm = lab.vms[first["InstanceId"]]
+    with vm.paused("jobs.cnn") as (training, *_):
+        assert first["IamInstanceProfile"]["Arn"].split("/")[-1].startswith("dlrun-node-")
+        vm.metadata.notice()  # EC2 posts the two-minute warning
+        flag = notice_flag(training)
+        wait_until(flag.exists, 60, f"the node's watcher wrote no notice flag ({flag})", interval_s=0.2)
 
     st = wait_for(lambda: (s := status(job, env))["status"] in ("SUCCEEDED", "FAILED", "BUDGET_EXCEEDED") and s,
                   timeout=500)

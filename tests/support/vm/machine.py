@@ -11,6 +11,7 @@ the lab boots from its own long-lived threads or the caller's).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -260,6 +261,38 @@ class Vm:
             if (self.pidns and ns[0] == self.pidns) or (self.netns_id and ns[1] == self.netns_id):
                 found.append((int(entry.name), comm))
         return found
+
+    def module_processes(self, module: str) -> list[int]:
+        """The pids of this VM's Python processes running `-m module` as their own program (not a wrapper such as
+        `python -m jobs.notice -- python -m MODULE` that names it in its arguments)."""
+        found = []
+        for pid, _ in self.processes():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            first = next((i for i, a in enumerate(argv) if a == b"-m"), None)
+            if first is not None and first + 1 < len(argv) and argv[first + 1] == module.encode():
+                found.append(pid)
+        return found
+
+    @contextlib.contextmanager
+    def paused(self, module: str):
+        """The VM's `-m module` processes stopped (SIGSTOP) for the block and continued after, as a VM whose CPU
+        the hypervisor withholds: a test acts on the cluster (a notice, a re-attach) at a known point of the
+        training, however fast or slow this machine trains. Yields the pids (at least one: fails otherwise)."""
+        pids = self.module_processes(module)
+        assert pids, f"no `-m {module}` process on {self.instance_id}: {self.processes()}"
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield pids
+        finally:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass  # the VM was terminated meanwhile
 
     def run(self, command: str, *, user: str = "root", timeout: float = 60,
             check: bool = False) -> subprocess.CompletedProcess:
