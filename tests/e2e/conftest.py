@@ -88,7 +88,8 @@ def ray_head(tmp_path_factory):
 @pytest.fixture(scope="session")
 def prometheus(ray_head, tmp_path_factory):
     """What `dlrun dashboard --metrics` starts — Prometheus with the head session's generated config —
-    on a free port, up before the job so it scrapes it live. None when Prometheus is not installed."""
+    on a free port, up before the job so it scrapes it live, with that config's scrape interval (seconds). None
+    when Prometheus is not installed."""
     import shutil
     import subprocess
 
@@ -104,8 +105,12 @@ def prometheus(ray_head, tmp_path_factory):
     assert config.exists(), config
     work = tmp_path_factory.mktemp("prometheus")
     port = raycluster.free_port()
+    import yaml
+
+    interval = str(yaml.safe_load(config.read_text())["global"]["scrape_interval"])  # Ray writes "10s"
+    assert interval.endswith("s") and interval[:-1].isdigit(), interval
     proc = start_prometheus(config, data_dir=work / "data", port=port, log_path=work / "prometheus.log")
-    yield {"proc": proc, "port": port, "log": work / "prometheus.log"}
+    yield {"proc": proc, "port": port, "log": work / "prometheus.log", "scrape_interval_s": int(interval[:-1])}
     proc.terminate()
     try:
         proc.wait(10)
@@ -117,8 +122,12 @@ def prometheus(ray_head, tmp_path_factory):
 @pytest.fixture(scope="session")
 def monitored_job(ray_head, prometheus, tmp_path_factory, machine_profiles):
     """One short digits-cnn job `dlrun submit`ted to the session head while its metrics endpoint is
-    scraped: read by the monitoring tests and the dashboard browser test alike (one job, not one each)."""
+    scraped: read by the monitoring tests and the dashboard browser test alike (one job, not one each). With
+    Prometheus there, the job lingers after its last values (DLRUN_METRICS_FLUSH_S, the setting for this) one
+    scrape interval and 2 s more, so Prometheus scrapes its final values whatever its phase (3 s, under Ray's 10 s
+    interval, let it miss them about every other run)."""
     from tests.support.monitoring import submit_digits_cnn
 
-    return submit_digits_cnn(ray_head, tmp_path_factory.mktemp("monitoring"), flush_s=3, watch_metrics=True,
+    flush_s = 3 if prometheus is None else prometheus["scrape_interval_s"] + 2
+    return submit_digits_cnn(ray_head, tmp_path_factory.mktemp("monitoring"), flush_s=flush_s, watch_metrics=True,
                              profiles=machine_profiles)
