@@ -124,8 +124,9 @@ def monitored_job(ray_head, prometheus, tmp_path_factory, machine_profiles):
     """One short digits-cnn job `dlrun submit`ted to the session head while its metrics endpoint is
     scraped: read by the monitoring tests and the dashboard browser test alike (one job, not one each). With
     Prometheus there, the job lingers after its last values (DLRUN_METRICS_FLUSH_S, the setting for this) one
-    scrape interval and 2 s more, so Prometheus scrapes its final values whatever its phase (3 s, under Ray's 10 s
-    interval, let it miss them about every other run)."""
+    scrape interval and 2 s more, so a scrape falls after its final values whatever Prometheus's phase (3 s, under
+    Ray's 10 s interval, could not). The scrape test still failed 1 of 2 runs here with no sample of the job at all
+    (not a stale one): a cause not found yet, so CI does not install Prometheus and the test skips there."""
     from tests.support.monitoring import submit_digits_cnn
 
     flush_s = 3 if prometheus is None else prometheus["scrape_interval_s"] + 2
