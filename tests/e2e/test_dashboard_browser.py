@@ -6,44 +6,14 @@ without them the test is skipped and says why. Screenshots are saved under the t
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.browser import browser  # noqa: F401 (the module's Chromium)
+
 pytestmark = [pytest.mark.browser, pytest.mark.ray]
-
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-
-
-def _chromium() -> tuple[str, str]:
-    browser = next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
-    driver = shutil.which("chromedriver") or next(
-        (p for p in ("/usr/lib/chromium/chromedriver", "/usr/bin/chromedriver") if os.path.exists(p)), None)
-    if not browser or not driver:
-        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium chromium-driver; "
-                    f"found browser={browser}, chromedriver={driver})")
-    return browser, driver
-
-
-@pytest.fixture(scope="module")
-def browser():
-    pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[test]')")
-    binary, driver_path = _chromium()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    opts = Options()
-    opts.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1600,1200", "--no-first-run", "--disable-extensions"):
-        opts.add_argument(arg)
-    drv = webdriver.Chrome(service=Service(driver_path), options=opts)
-    drv.set_page_load_timeout(60)
-    yield drv
-    drv.quit()
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +40,7 @@ def _wait_text(drv, needles: list[str], timeout: float = 45.0) -> str:
                          f"page text:\n{text[:3000]}")
 
 
-def test_jobs_page_lists_the_job_and_detail_shows_metadata(browser, ray_head, job, tmp_path):
+def test_jobs_page_lists_the_job_and_detail_shows_metadata(browser, ray_head, job, tmp_path):  # noqa: F811
     from infra.login import LoginLink
     from selenium.webdriver.common.by import By
 

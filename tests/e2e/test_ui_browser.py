@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -18,44 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.browser import browser  # noqa: F401 (the module's Chromium)
+
 from orchestrator.state.db import default_store
 from tests.support.ui_seed import HOSTILE, seed_pages
 
 pytestmark = [pytest.mark.browser, pytest.mark.ray]
 
+
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-
-
-def _chromium() -> tuple[str, str]:
-    browser = next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
-    driver = shutil.which("chromedriver") or next(
-        (p for p in ("/usr/lib/chromium/chromedriver", "/usr/bin/chromedriver") if os.path.exists(p)), None)
-    if not browser or not driver:
-        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium chromium-driver; "
-                    f"found browser={browser}, chromedriver={driver})")
-    return browser, driver
-
-
-@pytest.fixture(scope="module")
-def browser():
-    pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[test]')")
-    binary, driver_path = _chromium()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    opts = Options()
-    opts.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1000", "--no-first-run", "--disable-extensions"):
-        opts.add_argument(arg)
-    drv = webdriver.Chrome(service=Service(driver_path), options=opts)
-    drv.set_page_load_timeout(30)
-    yield drv
-    drv.quit()
-
-
 @pytest.fixture
 def ui_url(dlrun_home):
     """`dlrun ui --port 0` over this test's $DLRUN_HOME: the URL it printed (with its token)."""
@@ -101,7 +71,7 @@ def _no_alert(drv) -> None:
         drv.switch_to.alert.text  # noqa: B018  (a script of the seeded HTML would have opened one)
 
 
-def test_jobs_page_filters_and_a_job_page_draws_its_plan_and_curves(browser, ui_url):
+def test_jobs_page_filters_and_a_job_page_draws_its_plan_and_curves(browser, ui_url):  # noqa: F811
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -145,7 +115,7 @@ def _dlrun(*args, env, timeout=240) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=env, timeout=timeout)
 
 
-def test_a_running_local_job_advances_without_a_reload_and_is_cancelled(browser, ui_url, ray_head,
+def test_a_running_local_job_advances_without_a_reload_and_is_cancelled(browser, ui_url, ray_head,  # noqa: F811
                                                                         shared_profiles, tmp_path):
     from selenium.webdriver.common.by import By
 
