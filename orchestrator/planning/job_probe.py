@@ -8,15 +8,15 @@ optionally samples_per_s; for a script that does not call jobs.metrics, jobs/tee
 prints (tqdm bars, Lightning's and the HF Trainer's bars, `epoch i/N` lines: jobs/progress.py), and the script's own
 lines win when it has any. The probe stops when the job ends, once its rate is stable (the last STABLE_WINDOWS
 intervals of at least STABLE_WINDOW_S each agree within STABLE_TOLERANCE of their mean) and PROBE_MIN_SECONDS have
-passed, or at PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its start may be slow). The run time
-is the time so far plus what is left at the rate of those last intervals (the job's start and a slow first epoch are
+passed, or at PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its start may be slow). The run time is
+the time so far plus what is left at the rate of those last intervals (the job's start and a slow first epoch are
 counted once); the slowest and fastest of them give the range. The CPU the job got meanwhile is measured
 (cpu_share.py): where its threads waited for a CPU (a machine busy with other work), the range reaches down to what
 the job would take alone; a rate that held steady (steady load: likely still there for the run) is planned as
-measured, one still changing at the cap (load that came and went) as the job alone would run. A job
-that ends by itself (exit 0) within the probe is timed to its end, progress or not. The result is cached by
-the job's command, env, image and workdir content. A job that fails during the probe, or reports nothing before
-PROBE_MAX_SECONDS, is an input error: dlrun does not guess.
+measured, one still changing at the cap (load that came and went) as the job alone would run. A job that ends by
+itself (exit 0) within the probe is timed to its end, progress or not. The result is cached by the job's command,
+env, image and workdir content. A job that fails during the probe, or reports nothing before PROBE_MAX_SECONDS, is an
+input error: dlrun does not guess.
 """
 from __future__ import annotations
 
@@ -79,9 +79,7 @@ class ProbeResult:
 
     @classmethod
     def from_json(cls, d: dict) -> ProbeResult:
-        d = dict(d)
-        d["points"] = [tuple(p) for p in d.get("points", [])]
-        return cls(**d)
+        return cls(**(dict(d) | {"points": [tuple(p) for p in d.get("points", [])]}))
 
 
 def share_done(payload: dict) -> float | None:
@@ -346,7 +344,8 @@ class _ProbeOutput:
         if isinstance(payload.get("samples_per_s"), (int, float)):
             self.samples = float(payload["samples_per_s"])
         if done is not None and (not self.points or done > self.points[-1][1]):
-            self.points.append((now, done))
+            # lines read together (the reader was late): only the last one's time is known, it replaces the others
+            self.points[len(self.points) - bool(self.points and self.points[-1][0] == now):] = [(now, done)]
 
     def flush(self) -> None:
         """The last line, when the job's output did not end with a newline."""

@@ -20,6 +20,7 @@ from tests.support.probe_jobs import RAY_ENTRYPOINT_ENV, cpu_hogs, nested_lstm_j
 ROOT = Path(__file__).resolve().parents[2]
 WALL_SLACK = 3.0  # an estimate within this factor of a run timed minutes later on a shared machine (was 10-70)
 RANGE_SLACK = 1.5  # the range's slow end may miss such a run by this factor
+QUIET_SLACK = 1.1  # a "quiet" run on a shared machine is not quite: its wall varied by ~10 % from run to run
 
 # a real training-like script: N epochs of a fixed duration each, after a start of START seconds
 SCRIPT = """
@@ -205,7 +206,7 @@ def test_a_nested_bar_job_beside_a_busy_process_is_planned_as_it_runs_whether_th
         assert 1 / WALL_SLACK <= probe.run_seconds / run.wall <= WALL_SLACK, said
         assert probe.run_low <= probe.run_seconds <= probe.run_high, said
     # the range printed beside the busy process holds the run, the load gone or kept (kept: within RANGE_SLACK)
-    assert loaded.run_low <= run_quiet.wall and run_loaded.wall <= loaded.run_high * RANGE_SLACK, said
+    assert loaded.run_low <= run_quiet.wall * QUIET_SLACK and run_loaded.wall <= loaded.run_high * RANGE_SLACK, said
 
 
 def test_a_workdir_with_a_socket_in_it_is_probed_without_it(tmp_path):
