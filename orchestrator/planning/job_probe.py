@@ -35,7 +35,6 @@ from dataclasses import asdict, dataclass, field
 from jobs.metrics import PROBE_ENV
 from orchestrator.errors import SpecError, UsageError
 from orchestrator.planning import cpu_share
-from orchestrator.planning.cpu_share import CpuSample
 from orchestrator.paths import profiles_dir
 from orchestrator.planning.workdir import EXCLUDED_SUFFIXES, EXCLUDES, workdir_digest
 
@@ -79,7 +78,9 @@ class ProbeResult:
 
     @classmethod
     def from_json(cls, d: dict) -> ProbeResult:
-        return cls(**(dict(d) | {"points": [tuple(p) for p in d.get("points", [])]}))
+        d = dict(d)
+        d["points"] = [tuple(p) for p in d.get("points", [])]
+        return cls(**d)
 
 
 def share_done(payload: dict) -> float | None:
@@ -303,7 +304,7 @@ class _ProbeOutput:
     partial: bytes = b""
     eof: bool = False  # the job closed its output: it ended
     stable: bool = False
-    cpu: list[CpuSample] = field(default_factory=list)
+    cpu: list[cpu_share.CpuSample] = field(default_factory=list)
 
     def enough(self, elapsed: float, min_seconds: float) -> bool:
         """min_seconds passed and the last intervals' rates agree within STABLE_TOLERANCE."""
@@ -344,8 +345,8 @@ class _ProbeOutput:
         if isinstance(payload.get("samples_per_s"), (int, float)):
             self.samples = float(payload["samples_per_s"])
         if done is not None and (not self.points or done > self.points[-1][1]):
-            # lines read together (the reader was late): only the last one's time is known, it replaces the others
-            self.points[len(self.points) - bool(self.points and self.points[-1][0] == now):] = [(now, done)]
+            late = bool(self.points) and self.points[-1][0] == now  # lines read together: the last's time only
+            self.points[len(self.points) - late:] = [(now, done)]
 
     def flush(self) -> None:
         """The last line, when the job's output did not end with a newline."""
