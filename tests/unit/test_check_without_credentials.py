@@ -7,23 +7,11 @@ import pytest
 from infra.refresh.logins import aws_login, gcp_login
 from orchestrator.cli.check import check_command
 from tests.support.cli import invoke
-
-CLOUD_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION",
-             "AWS_DEFAULT_REGION", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-             "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
-             "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "CLOUDSDK_CONFIG",
-             "DLRUN_GCP_EMULATOR", "DLRUN_GCP_API_ENDPOINT")
-
+from tests.support.credentials import without_cloud_credentials
 
 @pytest.fixture
 def fresh_home(monkeypatch, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("DLRUN_LOCAL_GPUS", "none")
-    for var in CLOUD_ENV:
-        monkeypatch.delenv(var, raising=False)
-    return home
+    return without_cloud_credentials(monkeypatch, tmp_path)
 
 
 def test_fresh_home_says_what_is_usable_and_how_to_fix_the_rest(fresh_home):

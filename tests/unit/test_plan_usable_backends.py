@@ -10,23 +10,15 @@ from orchestrator.cli.main import cli
 from orchestrator.runs.run_loop import unusable_at_submit
 from orchestrator.state.db import Store
 from tests.support.cli import invoke, job_file
+from tests.support.credentials import without_cloud_credentials
 
-CLOUD_ENV = ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_WEB_IDENTITY_TOKEN_FILE",
-             "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-             "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "GOOGLE_APPLICATION_CREDENTIALS",
-             "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "CLOUDSDK_CONFIG", "DLRUN_GCP_EMULATOR")
 TINY = {"model": "tests.support.models:TinyCNN", "input_shape": [1, 8, 8], "batch_size": 32,
         "dataset_size": 320, "epochs": 2}
 
 
 @pytest.fixture(autouse=True)
 def no_credentials(monkeypatch, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("DLRUN_LOCAL_GPUS", "none")
-    for var in CLOUD_ENV:
-        monkeypatch.delenv(var, raising=False)
+    without_cloud_credentials(monkeypatch, tmp_path)
 
 
 def test_a_t4_job_without_credentials_is_refused_before_profiling_with_exit_4(tmp_path):
