@@ -101,12 +101,13 @@ def depthwise_rows(quick: bool):
 def vocab_gemm_rows(quick: bool):
     import torch
 
+    from orchestrator.estimate import kernels
+
     for shape in _shapes(VOCAB_GEMMS, quick):
         m, n, k = (int(v) for v in shape.split("x"))
         for dtype, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
             a, b = torch.randn(m, k, device=DEVICE, dtype=dt), torch.randn(k, n, device=DEVICE, dtype=dt)
-            layout = "unaligned/odd" if any(d % 2 for d in (m, n, k)) else "unaligned" if any(
-                d % 8 for d in (m, n, k)) else ""
+            layout = kernels.sides_alignment((m, n, k), 8)
             ms = timed(lambda a=a, b=b: a @ b)
             yield dict(section="gemm", op="mm", dtype=dtype, layout=layout, shape=shape, ms=ms,
                        tflops=round(2 * m * n * k / ms / 1e9, 2))

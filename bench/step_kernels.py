@@ -38,10 +38,12 @@ def gemm_row(op: str, shapes: list[list[int]], dtype: str) -> dict | None:
     mats = [s for s in shapes if len(s) == 2][-2:]
     if op not in GEMM_OPS or len(mats) != 2 or dtype not in ("bf16", "fp16"):
         return None
+    from orchestrator.estimate import kernels
+
     (m, k), (_, n) = mats
-    if not any(d % 8 for d in (m, n, k)):
+    layout = kernels.sides_alignment((m, n, k), 8)  # 8 half floats to tensor cores' 16-byte rows
+    if not layout:
         return None
-    layout = "unaligned/odd" if any(d % 2 for d in (m, n, k)) else "unaligned"
     return dict(section="gemm", op="mm", dtype=dtype, layout=layout, shape=f"{m}x{n}x{k}", pass_="")
 
 

@@ -113,7 +113,6 @@ def _host_unit(step_seconds: float) -> float:
 _CONV = re.compile(r"n(\d+) c(\d+)->(\d+) (\d+)x(\d+) k(\d+)")
 _LSTM = re.compile(r"b(\d+) s(\d+) h(\d+) L(\d+)")
 _ATTN = re.compile(r"b(\d+) h(\d+) s(\d+) d(\d+)")
-DEPTHWISE = "/dw"  # a convolution layout's mark: one channel per group (step_ops marks them, rows say so)
 RNN_LAUNCH_BOUND_HIDDEN = 256  # an 'lstm' row this narrow or narrower is launch-bound on a datacenter GPU
 _BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 
@@ -159,12 +158,11 @@ def _sample(row: dict) -> tuple[tuple[str, str, str, str], float, int, str] | No
         return ("gemm", dtype, layout, ""), 2.0 * m * n * k, 1, "compute"
     if section == "conv" and (c := _CONV.fullmatch(shape)):
         nb, cin, cout, h, w, ks = (int(v) for v in c.groups())
-        depthwise = row["layout"].endswith(DEPTHWISE)  # one input channel per group
+        depthwise = row["layout"].endswith(kernels.DEPTHWISE)  # one input channel per group
         fwd = 2.0 * nb * cout * h * w * cin * ks * ks / (cin if depthwise else 1)
         layout = conv_layout(row["layout"], cin)
         bwd = row["pass_"] == "bwd"  # two kernels: the data and the weight gradients
-        cuda_cores = layout == "nchw" + DEPTHWISE  # PyTorch's own kernel, whatever the dtype (gpu_time.math_mode)
-        key = ("conv", "fp32" if cuda_cores else dtype, layout, row["pass_"])
+        key = ("conv", "fp32" if kernels.on_cuda_cores(layout) else dtype, layout, row["pass_"])
         return key, fwd * (2 if bwd else 1), 2 if bwd else 1, "compute"
     if section == "lstm" and (m := _LSTM.fullmatch(shape)):
         b, s, h, layers = (int(v) for v in m.groups())

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from infra.catalog import GpuSpec
 from orchestrator.estimate import kernels
 from orchestrator.estimate.step_ops import SYNC_OP
-from orchestrator.estimate.gpu_calibration import DEPTHWISE, MIN_KERNEL_SECONDS, Fit, GpuCalibration, calibration_for
+from orchestrator.estimate.gpu_calibration import MIN_KERNEL_SECONDS, Fit, GpuCalibration, calibration_for
 from orchestrator.estimate.host_time import REFERENCE_HOST, HostCpu, host_seconds, host_sigma, overlapped
 
 SYNC_SECONDS = 15e-6  # the host waiting on the GPU and starting again
@@ -39,11 +39,10 @@ class StepTime:
 
 def math_mode(kind: str, dtype: str, gpu: GpuSpec, tf32_matmul: bool, layout: str = "") -> str:
     """The math the GPU runs for a kernel: PyTorch's defaults, per kernel class. A depthwise convolution in NCHW runs
-    PyTorch's own CUDA-core kernel whatever its dtype (_conv_depthwise2d: one input channel per output, nothing for a
-    tensor core to tile); channels_last ones go to cuDNN, priced as its other convolutions. Fused attention on fp32
+    on the CUDA cores whatever its dtype (kernels.on_cuda_cores). Fused attention on fp32
     tensors is the memory-efficient kernel's fp32 path whatever the TF32 setting (flash and cuDNN attention take only
     half precision): the H200's fp32 SDPA rows, not its TF32 GEMMs."""
-    if kind == "conv" and layout == "nchw" + DEPTHWISE:
+    if kind == "conv" and kernels.on_cuda_cores(layout):
         return "fp32"
     if dtype in ("bf16", "fp16"):
         return dtype if gpu.peak_tflops(dtype) > gpu.fp32_tflops else "fp32"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from orchestrator.estimate.gpu_calibration import HOST_WEIGHTS, host_unit_seconds
+from orchestrator.estimate.gpu_calibration import HOST_STEP_SECONDS, HOST_WEIGHTS, host_unit_seconds
 from orchestrator.estimate.step_ops import SYNC_OP
 
 # host_ops.csv, seen loops: self CPU of Optimizer.step (foreach Adam) + zero_grad + AccumulateGrad (and its
@@ -48,7 +48,6 @@ REAL_STEP_FACTOR = 1.27
 RNN_STEP_FACTOR = 1.68
 # step wall against (dispatch, GPU busy) of the seen loops: the p of the smooth maximum that fits them best
 OVERLAP_P = 5.0
-LOOP_SECONDS = 60e-6  # fetching the batch, the copy's dispatch, loss.item()
 # cuDNN RNN launches when the calibration has no launch-bound 'lstm' row: its measured 2026-11-28 H200 figure
 DEFAULT_RNN_LAUNCH_SECONDS = 12.5e-6
 
@@ -107,7 +106,7 @@ def host_seconds(profile, cal, host: HostCpu = REFERENCE_HOST) -> tuple[float, f
         after += per_param
     else:
         before += per_param
-    before += LOOP_SECONDS * REAL_STEP_FACTOR
+    before += HOST_STEP_SECONDS * REAL_STEP_FACTOR  # the loop itself
     return before / host.speed, after / host.speed
 
 

@@ -85,6 +85,15 @@ def foreach_launches(numels: list[int], depth: int) -> int:
     return max(-(-len(numels) // per_launch), -(-chunks // _MAX_BLOCKS))
 
 
+DEPTHWISE = "/dw"  # a convolution layout's mark: one channel per group (step_ops marks them, rows say so)
+
+
+def on_cuda_cores(layout: str) -> bool:
+    """A depthwise convolution in NCHW: PyTorch's own CUDA-core kernel (_conv_depthwise2d) whatever its dtype, one
+    input channel per output, nothing for a tensor core to tile; channels_last ones go to cuDNN."""
+    return layout == "nchw" + DEPTHWISE
+
+
 # pooling ops: elementwise, but with their own fit where a calibration measured them (a max pool's backward scatters
 # through its indices: VGG11 fp16's first one ran at a sixth of the H200's bandwidth)
 POOL = "pool"
@@ -100,12 +109,17 @@ _ELEMENTS_PER_16_BYTES = {"torch.bfloat16": 8, "torch.float16": 8, "torch.float3
 
 
 def gemm_alignment(tensors) -> str:
-    """'' for a GEMM whose matrix sides tensor cores' 16-byte rows divide (8 half or 4 single floats), else
-    'unaligned', or 'unaligned/odd' where a side is odd (cuBLAS then has only 2-byte-aligned kernels)."""
+    """The alignment mark (sides_alignment) of a GEMM over these tensors: their matrices' sides, in rows of 8 half
+    or 4 single floats (16 bytes)."""
     steps = [_ELEMENTS_PER_16_BYTES.get(str(t.dtype), 0) for t in tensors]
     sides = [int(d) for t, step in zip(tensors, steps, strict=True) if step and t.dim() >= 2 for d in t.shape[-2:]]
-    step = min((s for s in steps if s), default=0)
-    if not step or not any(d % step for d in sides):
+    return sides_alignment(sides, min((s for s in steps if s), default=0))
+
+
+def sides_alignment(sides, per_row: int) -> str:
+    """'' for a GEMM whose matrix sides tensor cores' rows of `per_row` elements divide, else 'unaligned', or
+    'unaligned/odd' where a side is odd (cuBLAS then has only 2-byte-aligned kernels)."""
+    if not per_row or not any(d % per_row for d in sides):
         return ""
     return f"{UNALIGNED}/odd" if any(d % 2 for d in sides) else UNALIGNED
 

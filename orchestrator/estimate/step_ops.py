@@ -179,7 +179,7 @@ def _conv_layout(x, weight, groups: int) -> str:
 
     layout = "nhwc" if nhwc(x) or nhwc(weight) else "nchw"
     if groups > 1 and int(weight.shape[1]) == 1:
-        return f"{layout}/dw"
+        return layout + kernels.DEPTHWISE
     return conv_layout(layout, int(x.shape[1]))
 
 
