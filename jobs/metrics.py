@@ -17,8 +17,10 @@ dlrun_accuracy, dlrun_samples_per_second, dlrun_gpu_utilization, dlrun_gpu_memor
 dlrun_accrued_cost when DLRUN_PRICE_PER_HOUR is set; dlrun_progress, dlrun_eta_seconds and
 dlrun_learning_rate from what jobs/tee.py reads in a script's own output) tagged with job_id=$DLRUN_JOB_ID, so they show
 in the Ray dashboard (Prometheus names get Ray's prefix: ray_dlrun_loss{job_id="..."}). Ray
-exports them every 10 s: set DLRUN_METRICS_FLUSH_S=11 to keep a short job alive long enough for its
-last values to be exported. Ray is imported lazily; without it (or when it cannot connect) only
+exports a gauge's value only in the export (every 10 s) after it was set, then drops it, so the last
+values are set again every REFRESH_S until the process ends: a Prometheus scraping every 10 s sees
+each value, not one epoch in a few. Set DLRUN_METRICS_FLUSH_S=11 to keep a short job alive long
+enough for its last values to be exported and scraped. Ray is imported lazily; without it (or when it cannot connect) only
 the lines are printed.
 """
 from __future__ import annotations
@@ -28,6 +30,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 
 METRIC_PREFIX = "DLRUN_METRIC "
@@ -54,8 +57,12 @@ GAUGES = {
     "lr": "dlrun_learning_rate",
 }
 
+REFRESH_S = 1.0  # how often the last values are set again (under Ray's shortest export interval in use)
+
 _started = time.time()
 _gauges: dict | None = None  # None: not tried yet; {}: Ray unavailable, print only
+_last: dict[str, float] = {}  # gauge key -> last value set, set again by the refresher
+_last_lock = threading.Lock()
 
 
 def report(**metrics) -> None:
@@ -136,6 +143,7 @@ def _ray_gauges() -> dict:
             gauge = Gauge(name, description=f"dlrun training {key}", tag_keys=("job_id",))
             gauge.set_default_tags(tags)
             _gauges[key] = gauge
+        threading.Thread(target=_refresh_forever, name="dlrun-gauges-refresh", daemon=True).start()
     except Exception as e:  # Ray missing or unreachable: the printed lines still carry it all
         print(f"dlrun metrics: Ray gauges unavailable ({type(e).__name__}: {e})",
               file=sys.stderr, flush=True)
@@ -148,7 +156,16 @@ def publish(metrics: dict) -> None:
     gauges = _ray_gauges()
     if not gauges:
         return
-    values = dict(metrics)
+    with _last_lock:
+        _last.update({key: float(value) for key, value in metrics.items()
+                      if key in gauges and isinstance(value, (int, float)) and math.isfinite(value)})
+    _set_last(gauges)
+
+
+def _set_last(gauges: dict) -> None:
+    """Set every gauge to its last value (the accrued cost to what the run has cost until now)."""
+    with _last_lock:
+        values = dict(_last)
     price = os.environ.get(PRICE_ENV)
     if price:
         try:
@@ -156,9 +173,14 @@ def publish(metrics: dict) -> None:
         except ValueError:
             pass
     for key, value in values.items():
-        gauge = gauges.get(key)
-        if gauge is not None and isinstance(value, (int, float)) and math.isfinite(value):
-            try:
-                gauge.set(float(value))
-            except Exception:
-                pass
+        try:
+            gauges[key].set(value)
+        except Exception:
+            pass
+
+
+def _refresh_forever() -> None:
+    while True:
+        time.sleep(REFRESH_S)
+        if _last and _gauges:
+            _set_last(_gauges)

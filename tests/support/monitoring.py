@@ -27,9 +27,8 @@ def submit_digits_cnn(head: raycluster.LocalHead, workdir: Path, *, flush_s: int
     """`dlrun submit` a short digits-cnn job on `head`; the job's `dlrun status --json` record, plus its
     DLRUN_RESULT payload (`result`) and the env the CLI ran with (`env`).
 
-    With watch_metrics, the head's metrics endpoint is scraped while the job runs: Ray keeps a gauge
-    only ~2 export intervals after its process stops refreshing it, so a finished job's gauges
-    vanish soon after it ends (the session head exports every second: tests/e2e/conftest.py). `gauges` is the
+    With watch_metrics, the head's metrics endpoint is scraped while the job runs: a finished job's
+    gauges vanish an export interval after its process ends (the session head exports every second: tests/e2e/conftest.py). `gauges` is the
     last value seen per ray_dlrun_* name for the job."""
     text = (ROOT / "configs/examples/digits_cnn.yaml").read_text()
     assert "epochs: 20" in text and 'SEED: "0"' in text
@@ -46,6 +45,8 @@ def submit_digits_cnn(head: raycluster.LocalHead, workdir: Path, *, flush_s: int
                RAY_USAGE_STATS_ENABLED="0")
     out_path, err_path = workdir / "submit.out", workdir / "submit.err"
     seen: dict[str, dict[str, float]] = {}  # job_id label -> {metric name: last value}
+    shown_since: dict[str, float] = {}  # job_id label -> since when its accuracy gauge has been on the endpoint
+    longest_shown: dict[str, float] = {}  # job_id label -> longest unbroken stretch it was there (s)
     with open(out_path, "w") as out, open(err_path, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "submit", str(job_file),
                                  "--backend", "local"], stdout=out, stderr=err, cwd=ROOT, env=env)
@@ -54,10 +55,18 @@ def submit_digits_cnn(head: raycluster.LocalHead, workdir: Path, *, flush_s: int
             while proc.poll() is None and time.monotonic() < deadline:
                 if watch_metrics and head.metrics_port:
                     try:
+                        now, shown = time.monotonic(), set()
                         for name, samples in scrape(head.metrics_port).items():
                             if name.startswith("ray_dlrun_"):
                                 for labels, value in samples:
                                     seen.setdefault(labels.get("job_id", ""), {})[name] = value
+                                    if name == "ray_dlrun_accuracy":
+                                        shown.add(labels.get("job_id", ""))
+                        for label in shown:
+                            since = shown_since.setdefault(label, now)
+                            longest_shown[label] = max(longest_shown.get(label, 0.0), now - since)
+                        for label in set(shown_since) - shown:
+                            del shown_since[label]
                     except OSError:
                         pass
                 time.sleep(0.5)
@@ -74,7 +83,7 @@ def submit_digits_cnn(head: raycluster.LocalHead, workdir: Path, *, flush_s: int
     assert record["status"] == "SUCCEEDED" and record["ray_submission_id"], record
     assert record["metrics"] and record["metrics"]["epochs_run"] == EPOCHS, record
     return {**record, "job_id": job_id, "result": record["metrics"], "env": env,
-            "gauges": seen.get(job_id, {}), "other_gauge_jobs": sorted(set(seen) - {job_id})}
+            "gauges": seen.get(job_id, {}), "accuracy_shown_s": longest_shown.get(job_id, 0.0), "other_gauge_jobs": sorted(set(seen) - {job_id})}
 
 
 def scrape(port: int) -> dict[str, list[tuple[dict, float]]]:
