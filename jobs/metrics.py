@@ -20,8 +20,8 @@ in the Ray dashboard (Prometheus names get Ray's prefix: ray_dlrun_loss{job_id="
 exports a gauge's value only in the export (every 10 s) after it was set, then drops it, so the last
 values are set again every REFRESH_S until the process ends: a Prometheus scraping every 10 s sees
 each value, not one epoch in a few. Set DLRUN_METRICS_FLUSH_S=11 to keep a short job alive long
-enough for its last values to be exported and scraped. Ray is imported lazily; without it (or when it cannot connect) only
-the lines are printed.
+enough for its last values to be exported and scraped. Ray is imported lazily; without it (or when
+it cannot connect) only the lines are printed.
 """
 from __future__ import annotations
 
