@@ -4,6 +4,13 @@ stock image has no runtime), pulling the image with the credentials dlrun handed
 Ray into a venv of the image's python3, and running the Ray node in the container; the job runs there, and
 teardown leaves nothing. A GCP spot VM running the built-in cnn job in a team's training image (the image's own
 Ray and torch) is reclaimed mid-run and the job resumes in the image on a new VM from its gs:// checkpoint.
+
+That spot test is also the lab's GCP preemption: the node writes its checkpoints to dlrun's run bucket in the fake
+Cloud Storage with its cluster's service account, whose token comes from the VM's own metadata server
+(tests/support/gce_metadata.py); the bucket policy admits it to the run's prefix only (tests/support/gcs_server.py).
+GCE reclaims the VM without notice (termination action DELETE: instance and disk gone, a
+compute.instances.preempted operation says why); dlrun sees the preemption, launches a new cluster (a new account,
+the same bucket prefix) and the job resumes from the last epoch it checkpointed.
 (An image without python3 failing the boot: tests/integration/test_boot_container.py with stand-ins and
 tests/e2e/test_vm_containers_lab.py with the real podman.)
 """
@@ -101,9 +108,11 @@ def test_a_gcp_spot_vm_in_a_training_image_preempted_mid_run_resumes_in_the_imag
     wait_until(lambda: gcs_checkpointed_epoch(gcs, name) >= 2, 500, "no gs:// checkpoint of epoch 2", interval_s=0.1)
     (first,) = list(gce.instances)
     assert gce.instances[first]["scheduling"]["provisioningModel"] == "SPOT"
+    account = gce.instances[first]["serviceAccounts"][0]["email"]
     # the job's processes are in the container (podman's own view of it, from the VM)
     processes = lab.vms[first[1]].run("podman exec dlrun-ray ps -eo args", timeout=60)
     at_preemption = gcs_checkpointed_epoch(gcs, name)
+    assert at_preemption < SPOT_EPOCHS, "the job ended before its preemption"
     gce.preempt(first[1], delete=True)  # GCE reclaims it: no notice, instance and disk gone
     assert processes.returncode == 0 and "-m jobs.cnn" in processes.stdout, processes.stdout + processes.stderr
 
@@ -115,6 +124,7 @@ def test_a_gcp_spot_vm_in_a_training_image_preempted_mid_run_resumes_in_the_imag
     assert resumed["epoch"] >= at_preemption >= 2  # the new VM went on from the bucket, not from epoch 0
     inserts = [b["name"] for m, p, b in gce.requests if m == "POST" and p.endswith("/instances") and b]
     assert len(set(inserts)) == 2, inserts  # a second cluster, on a new VM
+    assert account not in gcs.accounts  # the first cluster's account went with it
     for vm in set(inserts):  # each VM pulled the image and ran Ray from it, in the container
         console = lab.console_of(vm)
         assert f"pulled {image}" in console, console[-3000:]
