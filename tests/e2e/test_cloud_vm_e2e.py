@@ -5,17 +5,24 @@ they report running, tests/support/vm boots a VM on this machine (own network/mo
 a real sshd holding the key dlrun gave the cloud, the boot script run as cloud-init runs it). dlrun
 reaches it as on a real cloud: its own `ssh` (DLRUN_SSH_CONFIG maps the fake public IPs onto the VMs),
 waits for the boot markers and for Ray to see every node, submits through the SSH tunnel, and tears
-everything down.
+everything down. The supervisor test's spot preemption comes with EC2's two-minute notice (the watcher and the job's
+stop at a step on this machine: tests/integration/test_notice.py).
 """
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import boto3
 import pytest
+
+from infra.aws.storage import run_bucket_name
+from jobs.notice import NOTICE_FILE_ENV
 
 from tests.support.gce_server import FakeGce
 from tests.support.gcs_server import FakeGcs
@@ -24,7 +31,7 @@ from tests.support.vm.fixtures import vm_support_problem
 from tests.support.aws_moto import moto_server  # noqa: F401  (fixture: moto's server on 127.0.0.1)
 from tests.support.ray_clients import unauthenticated_client
 from tests.support.vm.cloud_runs import (  # noqa: F401  (fixtures)
-    JOB, REGION, assert_aws_left_nothing, checkpointed_epoch, dlrun, ec2, env, instances, job_file, lab, status,
+    JOB, REGION, ROOT, assert_aws_left_nothing, checkpointed_epoch, dlrun, ec2, env, instances, job_file, lab, status,
     tunnel_pids, wait_for)
 
 pytestmark = [pytest.mark.ray, pytest.mark.skipif(bool(vm_support_problem()), reason=vm_support_problem() or "")]
@@ -123,17 +130,23 @@ def test_gcp_vm_whose_sshd_starts_late_is_waited_for(env, tmp_path, lab, dlrun_h
             watcher.stop()
 
 
-def test_supervisor_killed_with_9_reattaches_and_a_later_spot_preemption_relaunches_and_finishes(
-        env, tmp_path, moto_server, lab, dlrun_home):
-    """One spot cluster for what two tests proved apart (each boot costs the suite most of a minute):
+def test_supervisor_killed_with_9_reattaches_and_a_spot_notice_later_resumes_the_relaunch_at_the_same_step(
+        env, tmp_path, moto_server, lab, dlrun_home, monkeypatch):
+    """One spot cluster for what three tests proved apart (each boot costs the suite most of a minute):
     the head refuses clients without the cluster's token; a dropped tunnel is re-opened; a supervisor
-    killed with -9 is picked up by `dlrun status` and re-attaches to the same Ray job; then AWS reclaims
-    the spot VM and the job is relaunched from its checkpoint and finishes."""
+    killed with -9 is picked up by `dlrun status` and re-attaches to the same Ray job; then EC2 posts the
+    spot VM's two-minute notice: the job checkpoints to S3 (moto, reached from the VM with its instance role's
+    credentials from the VM's own 169.254.169.254) at the step the notice stopped it, and the relaunch on a new
+    VM resumes at that very step, ending with the uninterrupted run's accuracy (CPU determinism)."""
     # batch 8: 0.958 accuracy after 4 epochs, 0.975 after 10 (jobs.cnn, SEED=0). The steps below do not race the
-    # training: while the test re-attaches and while it preempts, the VM's training is paused (SIGSTOP, as a VM
-    # whose CPU is withheld), so what the job trains before its preemption is what the test waits for (two epochs
-    # after the tunnel drops, one checkpoint after the re-attach) plus its start, however slow this machine's
-    # steps are (the unauthenticated client alone takes ~20 s)
+    # training: while the test re-attaches and while the notice is posted, the VM's training is paused (SIGSTOP, as
+    # a VM whose CPU is withheld), so what the job trains before its preemption is what the test waits for (two
+    # epochs after the tunnel drops, one checkpoint after the re-attach) plus its start, however slow this machine's
+    # steps are (the unauthenticated client alone takes ~20 s). The training is continued only once the node's
+    # watcher has written the notice flag (jobs/notice.py polls every 2 s): the job stops at its next step.
+    reference = ThreadPoolExecutor(1).submit(uninterrupted_accuracy, REATTACH_EPOCHS, 8)  # in its own process
+    monkeypatch.setenv("DLRUN_OWNER", "vm-tester")
+    env = dict(env, DLRUN_OWNER="vm-tester")
     spec = job_file(tmp_path, spot="always", epochs=REATTACH_EPOCHS, batch=8, name="spot-reattach")
     r = dlrun("submit", str(spec), "--backend", "aws", "--detach", env=env)
     assert r.returncode == 0, r.stderr
@@ -172,24 +185,59 @@ def test_supervisor_killed_with_9_reattaches_and_a_later_spot_preemption_relaunc
         assert "jobs api refused" in out and "gcs refused" in out, out
         reattached_at = checkpointed_epoch(moto_server, "spot-reattach")
 
-    # a checkpoint the new supervisor's attempt wrote, then AWS reclaims the spot VM (the training paused
-    # meanwhile: it cannot end first)
+    # a checkpoint the new supervisor's attempt wrote, then EC2 posts the notice (the training paused meanwhile:
+    # it cannot end first)
     wait_until(lambda: checkpointed_epoch(moto_server, "spot-reattach") > reattached_at, 120,
                "no checkpoint after the re-attach", interval_s=0.1)
-    with vm.paused("jobs.cnn"):
-        assert checkpointed_epoch(moto_server, "spot-reattach") < REATTACH_EPOCHS, "the job ended before its preemption"
-        (first,) = instances(moto_server, job, ["running"])
-        ec2(moto_server).terminate_instances(InstanceIds=[first["InstanceId"]])
-        lab.wait_gone(first["InstanceId"], timeout_s=60)
+    with vm.paused("jobs.cnn") as (training, *_):
+        assert checkpointed_epoch(moto_server, "spot-reattach") < REATTACH_EPOCHS, "the job ended before its notice"
+        assert head["IamInstanceProfile"]["Arn"].split("/")[-1].startswith("dlrun-node-")
+        vm.metadata.notice()  # EC2 posts the two-minute warning
+        flag = notice_flag(training)
+        wait_until(flag.exists, 60, f"the node's watcher wrote no notice flag ({flag})", interval_s=0.2)
 
     st = wait_for(lambda: (s := status(job, env))["status"] in ("SUCCEEDED", "FAILED", "BUDGET_EXCEEDED") and s,
                   timeout=400)
     assert st["status"] == "SUCCEEDED", st
     assert st["preemptions"] == 1 and st["attempts"] == 2 and st["metrics"]["accuracy"] >= 0.95
-    assert ("status", "RECOVERING") in [(e["kind"], e["status"]) for e in st["events"]]
-    assert any(e["kind"] == "reattach" for e in st["events"])
+    events = st["events"]
+    assert any(e["kind"] == "reattach" for e in events)
+    (stopped,) = [e["detail"] for e in events if e["kind"] == "preempted_notice"]
+    (resumed,) = [e["detail"] for e in events if e["kind"] == "resumed"]
+    assert (resumed["epoch"], resumed["step"]) == (stopped["epoch"], stopped["step"])  # nothing repeated
+    assert reattached_at <= stopped["epoch"] < REATTACH_EPOCHS
+    recovering = [e for e in events if e["status"] == "RECOVERING"]
+    assert recovering and "preempted with notice, checkpoint at epoch" in json.dumps(recovering[0])
+    assert st["metrics"]["accuracy"] == reference.result()
+
+    # the checkpoints are in dlrun's run bucket, under the run's prefix only
+    s3 = boto3.client("s3", region_name=REGION, endpoint_url=moto_server, aws_access_key_id="testing",
+                      aws_secret_access_key="testing")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=run_bucket_name("vm-tester", REGION))["Contents"]]
+    assert keys and all(k.startswith("runs/spot-reattach/") for k in keys)
+    assert stopped["checkpoint"].startswith(f"s3://{run_bucket_name('vm-tester', REGION)}/runs/spot-reattach/")
     assert len(instances(moto_server, job)) == 2
     assert_aws_left_nothing(moto_server, job, lab, dlrun_home)
+    # each attempt's node role went with its cluster: the finished run leaves no role or instance profile
+    iam = boto3.client("iam", region_name=REGION, endpoint_url=moto_server, aws_access_key_id="testing",
+                       aws_secret_access_key="testing")
+    assert iam.list_roles(PathPrefix="/dlrun/")["Roles"] == []
+    assert iam.list_instance_profiles(PathPrefix="/dlrun/")["InstanceProfiles"] == []
+
+
+def uninterrupted_accuracy(epochs: int, batch: int) -> float:
+    out = subprocess.run([sys.executable, "-m", "jobs.cnn", "--epochs", str(epochs), "--batch-size", str(batch)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"})
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("DLRUN_RESULT "))
+    return json.loads(line.split(" ", 1)[1])["accuracy"]
+
+
+def notice_flag(pid: int) -> Path:
+    """The job's notice flag file (jobs/notice.py NOTICE_FILE_ENV in its environment), seen from the host."""
+    variables = dict(item.split(b"=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                     if b"=" in item)
+    return Path(f"/proc/{pid}/root") / variables[NOTICE_FILE_ENV.encode()].decode().lstrip("/")
 
 
 def test_a_cluster_nobody_watches_powers_itself_off(env, tmp_path, moto_server, lab, dlrun_home):
