@@ -1,8 +1,12 @@
 """`dlrun cancel`: stop the job's Ray job, then leave the rest to the job's live supervisor (it sees the Ray
 job STOPPED, tears down and records how the job ended), or, with no supervisor left, tear down the job's
-recorded clusters and record the cancel here."""
+recorded clusters and record the cancel here. A job not on Ray yet (provisioning, booting) has no Ray job to
+stop: its supervisor gets SIGTERM, which cancels as Ctrl-C does (orchestrator/runs/sigterm.py) — it tears down
+what it has launched so far and records the cancel."""
 from __future__ import annotations
 
+import os
+import signal
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -45,6 +49,11 @@ def cancel_job(store: Store, job: JobRecord) -> CancelResult:
         return CancelResult(job.id, CancelOutcome.ALREADY_ENDED, job.status)
     ray_stop = stop_ray_job(job)
     if _supervised(job):
+        if ray_stop is None and job.supervisor_pid and job.supervisor_pid > 0:
+            try:
+                os.kill(job.supervisor_pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass  # it ended meanwhile, and recorded how
         return CancelResult(job.id, CancelOutcome.LEFT_TO_SUPERVISOR, job.status, ray_stop)
     for cluster in store.job_clusters(job.id):
         if not cluster.terminated:

@@ -1,26 +1,14 @@
 """`dlrun cancel`'s decision (orchestrator/runs/cancel.py) on the store's records: a job whose supervisor still
-runs is left to it; without one, cancel tears down and records the cancel itself (tests/unit/test_status_screens.py).
+runs is left to it (tests/integration/test_cancel_ray_job.py: a real process stands for it); without one,
+cancel tears down and records the cancel itself (tests/unit/test_status_screens.py).
 No Ray job here: the ones with a Ray head to ask are in tests/integration/test_cancel_ray_job.py."""
 from __future__ import annotations
-
-import os
 
 from orchestrator.cli import status as st
 from orchestrator.runs.cancel import CancelOutcome, cancel_job
 from orchestrator.state.db import default_store
 from orchestrator.states import JobStatus
 from tests.support.store_records import running_local_job
-
-
-def test_a_job_with_a_live_supervisor_is_left_to_it():
-    store = default_store()
-    job_id = running_local_job(store, supervisor_pid=os.getpid())  # this Python process: alive
-    result = cancel_job(store, store.get_job(job_id))
-    assert result.outcome is CancelOutcome.LEFT_TO_SUPERVISOR and result.ray_stop is None
-    assert store.get_job(job_id).status is JobStatus.RUNNING  # the supervisor records how it ended
-    assert not store.get_cluster("c-local").terminated  # and tears down
-    assert st.cancel_text(result) == (f"{job_id}: cancel requested; its supervisor stops the job and tears down "
-                                      "the cluster")
 
 
 def test_a_job_whose_supervisor_is_gone_is_cancelled_here():
