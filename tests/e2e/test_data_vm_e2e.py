@@ -1,6 +1,6 @@
 """`data:` on emulated EC2 VMs: a ~50 MB local directory is uploaded once to the run bucket's data
 prefix (moto's server), the VM syncs it down with its instance role and the user-job example trains
-from DLRUN_DATA_DIR; resubmitting uploads nothing again. Run under the VM-lab lock."""
+from DLRUN_DATA_DIR; resubmitting uploads nothing again (that run is cancelled once its VM is asked for). Run under the VM-lab lock."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,8 @@ import yaml
 from sklearn.datasets import load_digits
 
 from infra.aws.storage import run_bucket_name
-from tests.support.vm.cloud_runs import REGION, ROOT, assert_aws_left_nothing, dlrun, env, lab, status  # noqa: F401
+from tests.support.vm.cloud_runs import (  # noqa: F401  (fixtures)
+    REGION, ROOT, assert_aws_left_nothing, dlrun, env, instances, lab, status, wait_for)
 from tests.support.vm.fixtures import vm_support_problem
 from tests.support.aws_moto import moto_server  # noqa: F401
 
@@ -52,8 +53,17 @@ def test_a_local_data_dir_reaches_the_vm_once_and_the_job_trains_from_it(env, tm
     assert "(2 file(s) fetched)" in logs and "data: 1200 images from /" in logs, logs[-3000:]
     assert float(r.stdout.split("accuracy=")[1].split()[0]) >= 0.85, r.stdout
 
-    r = dlrun("submit", str(path), "--backend", "aws", env=env)  # the same directory: nothing uploaded
+    # the same directory again: nothing is uploaded before the instance is asked for (the upload comes first); the
+    # run is cancelled once its VM is (a second training on a second VM would prove nothing more)
+    r = dlrun("submit", str(path), "--backend", "aws", "--detach", env=env)
     assert r.returncode == 0, r.stderr[-3000:]
+    again = r.stdout.strip()
+    wait_for(lambda: instances(moto_server, again), timeout=120)
     assert data_objects(moto_server, "data-tester") == first
-    assert "data: 1200 images from /" in dlrun("logs", r.stdout.split()[0], env=env).stdout
-    assert_aws_left_nothing(moto_server, r.stdout.split()[0], lab, dlrun_home)
+    r = dlrun("cancel", again, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "cancel requested" in r.stdout, r.stdout  # its supervisor, still launching, cancels as on Ctrl-C
+    st = wait_for(lambda: (s := status(again, env))["status"] not in ("PENDING", "PROVISIONING", "BOOTSTRAPPING") and s,
+                  timeout=120)
+    assert st["status"] == "CANCELLED", st
+    assert_aws_left_nothing(moto_server, again, lab, dlrun_home)
