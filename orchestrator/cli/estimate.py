@@ -8,6 +8,7 @@ import textwrap
 
 import click
 
+from orchestrator.cli.params import override_options
 from orchestrator.errors import UsageError
 
 
@@ -105,19 +106,21 @@ def _ms(seconds: float) -> str:
 
 @click.command("estimate")
 @click.argument("job_file", type=click.Path(dir_okay=True))
-@click.option("--gpu", "gpus", multiple=True, metavar="NAME[:COUNT]",
+@click.option("--gpu", "table_gpus", multiple=True, metavar="NAME[:COUNT]",
               help="a GPU of the table, repeatable (default: the GPUs the job's offers have)")
 @click.option("--json", "as_json", is_flag=True, help="print a list of estimates as JSON")
-def estimate_command(job_file, gpus, as_json):
+@override_options
+def estimate_command(job_file, table_gpus, as_json, overrides):
     """Predict the job's step time, samples/s and run time on GPUs, with the basis and range of each."""
     from orchestrator.cli.plan import warm_profile
+    from orchestrator.planning.overrides import with_overrides
     from orchestrator.planning.spec import load_job
 
-    for g in gpus:  # a typo fails before the model is profiled
+    for g in table_gpus:  # a typo fails before the model is profiled
         parse_gpu(g)
-    spec = load_job(job_file)
+    spec = with_overrides(load_job(job_file), overrides)  # --gpus etc.: the offers whose GPUs are the default rows
     warm_profile(spec)
-    rows = estimates(spec, gpus)
+    rows = estimates(spec, table_gpus)
     if as_json:
         click.echo(json.dumps([e.to_json() for e in rows], indent=2))
     else:

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from orchestrator.cli.params import USD
+from orchestrator.cli.params import USD, override_options
 
 # orchestrator.state.schedules (the job file's model: pydantic) and the cron module are imported by
 # the commands that use them, so that `dlrun schedule --help` stays light
@@ -46,17 +46,20 @@ def schedule():
 @click.option("--follow-file", is_flag=True, help="re-read JOB_FILE at each run instead of the copy taken now")
 @click.option("--monthly-cap", type=USD, default=None,
               help="USD per calendar month for this schedule; a run that could pass it is skipped")
-def add(job_file, cron, tz, max_cost, name, follow_file, monthly_cap):
-    """Schedule JOB_FILE; a copy of the file is stored now (see --follow-file)."""
+@override_options
+def add(job_file, cron, tz, max_cost, name, follow_file, monthly_cap, overrides):
+    """Schedule JOB_FILE; a copy of the file is stored now (see --follow-file). --gpus, --cloud, --region,
+    --spot/--on-demand and --env apply to every run."""
     from orchestrator.schedule import cron as st
     from orchestrator.state import schedules as ss
 
     sched = ss.add_schedule(_store(), job_file, cron, tz=tz, max_cost=max_cost, name=name,
-                            follow_file=follow_file, monthly_cap=monthly_cap)
+                            follow_file=follow_file, monthly_cap=monthly_cap, overrides=overrides or None)
     running = _notify()
     click.echo(f"schedule {sched.name} ({sched.cron}, {sched.tz}): next run "
                f"{st.fmt_local(sched.next_run_at, sched.tz)}; job file {sched.job_path} "
-               f"{'followed' if sched.follow_file else 'copied'} (hash {sched.job_hash})")
+               f"{'followed' if sched.follow_file else 'copied'} (hash {sched.job_hash})"
+               + (f"; every run with {overrides.as_flags()}" if overrides else ""))
     if not running:
         click.echo(NO_SCHEDULER, err=True)
 

@@ -7,8 +7,9 @@ the same change in the file would.
 """
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from orchestrator.errors import SpecError
 
@@ -26,6 +27,26 @@ class Overrides:
 
     def __bool__(self) -> bool:
         return bool(self.gpus or self.clouds or self.regions or self.spot is not None or self.env)
+
+    def to_json(self) -> str:
+        """What a schedule stores (state/schedules.py); from_json reads it back."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> "Overrides":
+        if not text:
+            return cls()
+        data = json.loads(text)
+        return cls(data.get("gpus"), tuple(data.get("clouds") or ()), tuple(data.get("regions") or ()),
+                   data.get("spot"), tuple(data.get("env") or ()))
+
+    def as_flags(self) -> str:
+        """The flags as typed: --gpus T4:1 --cloud gcp --spot --env SEED=1."""
+        words = [f"--gpus {self.gpus}"] if self.gpus else []
+        words += [f"--cloud {c}" for c in self.clouds] + [f"--region {r}" for r in self.regions]
+        words += [] if self.spot is None else ["--spot" if self.spot else "--on-demand"]
+        words += [f"--env {e}" for e in self.env]
+        return " ".join(words)
 
 
 def with_overrides(spec, flags: Overrides):

@@ -119,9 +119,13 @@ def _v2_backfill(c: sqlite3.Connection) -> None:
                       (job_id, cloud, location, attempt))
 
 
+# 3: a schedule keeps the flags it was added with (`dlrun schedule add --gpus T4:1 ...`); NULL: none
+V3_SCHEDULE_OVERRIDES = "ALTER TABLE schedules ADD COLUMN overrides_json TEXT"
+
 MIGRATIONS: list[list[Step]] = [
     [V1_SCHEMA],  # 1: the first schema
     [V2_COLUMNS, _v2_backfill],  # 2: est_start_seconds, run_key, job_checkpoints (from the events)
+    [V3_SCHEDULE_OVERRIDES],  # 3: schedules.overrides_json
 ]
 
 

@@ -169,6 +169,7 @@ class ScheduleRecord(_Record):
     created_at: float
     last_fired_at: float | None
     next_run_at: float | None
+    overrides_json: str | None = None  # the flags it was added with (planning/overrides.py Overrides.to_json)
 
     _convert: ClassVar[dict[str, Any]] = {"follow_file": bool, "paused": bool}
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from orchestrator.schedule import cron as st
 from orchestrator.errors import SpecError, UsageError
+from orchestrator.planning.overrides import Overrides, with_overrides
 from orchestrator.planning.spec import JobSpec, apply_overrides, load_job, parse_job
 from orchestrator.state.db import LIVE, Store, new_id
 from orchestrator.state.records import ScheduleRecord, ScheduleRunRecord
@@ -34,10 +35,12 @@ def text_hash(text: str) -> str:
 
 def add_schedule(store: Store, job_path: str | Path, cron: str, *, tz: str | None = None,
                  max_cost: float | None = None, name: str | None = None, follow_file: bool = False,
-                 monthly_cap: float | None = None, now: float | None = None) -> ScheduleRecord:
-    """Validate everything, copy the job file into the store, and compute the first run time."""
+                 monthly_cap: float | None = None, now: float | None = None,
+                 overrides: Overrides | None = None) -> ScheduleRecord:
+    """Validate everything, copy the job file into the store, and compute the first run time. `overrides`
+    (--gpus, --cloud, ...) are checked now by the job file's rules and applied to every run."""
     path = Path(job_path).expanduser().resolve()
-    spec = load_job(path, max_cost=max_cost)
+    spec = with_overrides(load_job(path, max_cost=max_cost), overrides or Overrides())
     cron = st.validate_cron(cron)
     tz = tz or st.local_tz_name()
     st.zone(tz)
@@ -54,9 +57,10 @@ def add_schedule(store: Store, job_path: str | Path, cron: str, *, tz: str | Non
     sid = new_id("s")
     with store.tx() as c:
         c.execute("INSERT INTO schedules (id, name, cron, tz, job_path, job_yaml, job_hash, follow_file,"
-                  " max_cost, monthly_cap, paused, created_at, next_run_at) VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?)",
+                  " max_cost, monthly_cap, paused, created_at, next_run_at, overrides_json)"
+                  " VALUES (?,?,?,?,?,?,?,?,?,?,0,?,?,?)",
                   (sid, name, cron, tz, str(path), text, text_hash(text), int(follow_file), max_cost,
-                   monthly_cap, now, st.next_fire_after(cron, tz, now)))
+                   monthly_cap, now, st.next_fire_after(cron, tz, now), overrides.to_json() if overrides else None))
     return _require(store, sid)
 
 
@@ -225,7 +229,7 @@ def job_for_run(store: Store, sched: ScheduleRecord) -> tuple[JobSpec, str]:
                           (text, text_hash(text), sched.id))
     spec = parse_job(text, sched.job_path)
     spec = apply_overrides(spec, sched.job_path, max_cost=sched.max_cost)
-    return spec, note
+    return with_overrides(spec, Overrides.from_json(sched.overrides_json)), note
 
 
 def record_run(c: sqlite3.Connection, schedule_id: str, due_at: float, fired_at: float, outcome: str,

@@ -50,6 +50,18 @@ def test_by_default_the_gpus_the_jobs_offers_have(tmp_path):
     assert "T4" in result.output and "roofline" in result.output and "H100" not in result.output
 
 
+def test_the_overrides_choose_the_offers_whose_gpus_are_shown_and_a_refused_one_is_one_line(tmp_path):
+    """--gpus/--cloud as on plan and submit (orchestrator/planning/overrides.py): the job file asks for a T4 on GCP,
+    the flags for an L4 on AWS; a value the job file's rules refuse names the flag, exit 2, before profiling."""
+    path = job_file(tmp_path, workload=LSTM, resources={"clouds": ["gcp"], "accelerators": "T4:1"})
+    code, result = invoke(cli_estimate.estimate_command, [path, "--gpus", "L4:1", "--cloud", "aws", "--json"])
+    assert code == 0, result.output
+    assert {e["gpu"] for e in json.loads(result.stdout)} == {"L4"}
+    code, result = invoke(cli_estimate.estimate_command, [path, "--gpus", "T5:1"])
+    assert code == 2 and str(result.exception).startswith("--gpus: unknown accelerator 'T5'"), result.output
+    assert "profiling" not in result.output
+
+
 @pytest.mark.parametrize("gpu, says", [("H1OO", "unknown GPU 'H1OO'; did you mean H100?"),
                                        ("T4:0", "COUNT must be a whole number of GPUs")])
 def test_a_mistyped_gpu_is_one_line_and_exit_2_before_profiling(tmp_path, gpu, says):

@@ -254,6 +254,28 @@ def test_cli_add_list_pause_resume_remove(job_file, store):
     assert missing.exit_code == 2 and "no schedule named 'nightly-cnn'" in missing.output
 
 
+def test_cli_add_keeps_the_override_flags_for_every_run_and_refuses_a_bad_one_before_storing(job_file, store):
+    """--gpus, --cloud, --region, --spot/--on-demand, --env on `schedule add` (orchestrator/planning/overrides.py):
+    checked by the job file's rules when added, stored with the schedule, applied to each firing's spec."""
+    r = dlrun(["schedule", "add", str(job_file), "--cron", "0 2 * * *", "--tz", "UTC", "--name", "t4-nightly",
+               "--gpus", "T4:1", "--cloud", "gcp", "--region", "us-central1", "--on-demand", "--env", "SEED=7"])
+    assert r.exit_code == 0, r.output
+    assert "every run with --gpus T4:1 --cloud gcp --region us-central1 --on-demand --env SEED=7" in r.output
+    row = schedule(store, "t4-nightly")
+    sched = Scheduler(store, fire=RecordingFire(store.path), clock=JumpingClock(row.next_run_at))
+    [fired] = sched.run_once(row.next_run_at)
+    sched.wait_idle()
+    assert fired.outcome == "fired"
+    [(_, spec)] = sched.fire.calls
+    assert (spec.resources.accelerators, spec.resources.clouds, spec.resources.regions, spec.resources.spot) == (
+        "T4:1", ["gcp"], ["us-central1"], "never")
+    assert spec.env["SEED"] == "7"
+    bad = dlrun(["schedule", "add", str(job_file), "--cron", "0 2 * * *", "--name", "t5", "--gpus", "T5:1"])
+    assert bad.exit_code == 2 and bad.output.startswith("dlrun: error: --gpus: unknown accelerator 'T5'")
+    assert len(bad.output.strip().splitlines()) == 1
+    assert ss.get_schedule(store, "t5") is None
+
+
 def test_cli_runs_lists_the_firings_in_the_schedules_time_zone(job_file, store):
     assert dlrun(["schedule", "add", str(job_file), "--cron", "0 2 * * *", "--tz", "Europe/Madrid",
                   "--name", "nightly"]).exit_code == 0

@@ -30,10 +30,11 @@ def _by_name(store: Store) -> dict:
 
 
 def test_the_old_database_gets_the_new_columns_and_table(upgraded):
-    assert upgraded.schema_version == len(MIGRATIONS) == 2
+    assert upgraded.schema_version == len(MIGRATIONS) == 3
     conn = sqlite3.connect(upgraded.path)
     columns = {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
     assert {"est_start_seconds", "run_key"} <= columns
+    assert "overrides_json" in {r[1] for r in conn.execute("PRAGMA table_info(schedules)")}
     assert {r[1] for r in conn.execute("PRAGMA table_info(job_checkpoints)")} == {
         "id", "job_id", "cloud", "location", "attempt"}
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -80,8 +81,9 @@ def test_the_upgraded_database_keeps_working(upgraded):
     nightly = ss.get_schedule(upgraded, "nightly")
     assert (nightly.cron, nightly.paused, [r.outcome for r in ss.runs(upgraded, "nightly")]) == (
         "0 2 * * *", False, ["CANCELLED"])
+    assert nightly.overrides_json is None  # added before schedules kept flags: its runs are as they were
     again = Store(upgraded.path)  # a second process opening it migrates nothing more
-    assert again.schema_version == 2 and len(again.list_jobs()) == 5
+    assert again.schema_version == 3 and len(again.list_jobs()) == 5
     again.close()
 
 
