@@ -269,7 +269,7 @@ class Watcher:
         if why:
             return why
         if unreachable_s >= HEAD_LOST_AFTER_S:
-            return f"{reason} for {unreachable_s:.0f}s while its instances run"
+            return f"{reason} for {unreachable_s:.0f} s while its instances run"
         self.on_event("head_unreachable", {"seconds": round(unreachable_s, 1), "error": str(error)[:200]})
         return None
 

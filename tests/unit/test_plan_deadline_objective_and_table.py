@@ -114,8 +114,12 @@ def test_default_plan_fits_100_columns_with_human_durations_and_all_shows_the_re
 def test_human_durations():
     from orchestrator.cli.render.plan_table import human_duration, money
 
-    assert [human_duration(s) for s in (12, 360, 3.2 * 3600, 30 * 3600, 10 * 86400, 29909 * 3600)] == \
-        ["12 s", "6 min", "3.2 h", "30 h", "10 d", "3.4 years"]
+    assert [human_duration(s) for s in (4, 4.16, 12, 360, 3.2 * 3600, 30 * 3600, 10 * 86400, 29909 * 3600)] == \
+        ["4.0 s", "4.2 s", "12 s", "6 min", "3.2 h", "30 h", "10 d", "3.4 years"]
+    # the one format everywhere: the result line, the progress lines and status (summary.duration) use it
+    from orchestrator.cli.render.summary import duration
+
+    assert [duration(s) for s in (None, 4.16, 42, 5400)] == ["?", "4.2 s", "42 s", "1.5 h"]
     assert [money(v) for v in (0, 0.004, 12.5, 36000)] == ["$0", "$0.004", "$12.50", "$36,000"]  # cost.usd
 
 

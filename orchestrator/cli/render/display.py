@@ -86,13 +86,13 @@ class PlainDisplay:
             self._last_phase = view.phase
             if view.phase not in ENDED_PHASES:  # how it ended is the result line's to say, once
                 where = f" on {view.backend}" if view.backend else ""
-                self._say(f"[dlrun] {view.job_id} {view.phase}{where} ({elapsed:.0f}s)")
+                self._say(f"[dlrun] {view.job_id} {view.phase}{where} ({duration(elapsed)})")
         key = (view.epoch, None if view.progress is None else round(view.progress * 100))
         if key != self._last_progress and (view.epochs or view.progress is not None or view.epoch):
             self._last_progress = key
             cost = f" {usd(view.accrued)}" + (f" of {usd(view.max_cost)}" if view.max_cost else "")
             values = reported(view.metrics)
-            self._say(f"[dlrun] {progress_text(view)}{' ' + values if values else ''}{cost} ({elapsed:.0f}s)")
+            self._say(f"[dlrun] {progress_text(view)}{' ' + values if values else ''}{cost} ({duration(elapsed)})")
 
     def log(self, line: str) -> None:
         if not self.quiet_logs:
@@ -141,7 +141,7 @@ class RichDisplay(PlainDisplay):
         elapsed = time.time() - v.started
         where = f" on {v.backend}" if v.backend else ""
         # what dlrun shows is text, never markup: a backend's or a metric's name with '[' in it stays as written
-        grid.add_row("phase", Text.assemble((v.phase, "bold"), where), "elapsed", f"{elapsed:.0f} s")
+        grid.add_row("phase", Text.assemble((v.phase, "bold"), where), "elapsed", duration(elapsed))
         if v.progress is not None:
             bar = ProgressBar(total=1000, completed=round(v.progress * 1000), width=30)
             grid.add_row("progress", progress_text(v), "", bar)

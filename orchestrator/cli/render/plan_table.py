@@ -8,7 +8,9 @@ DEFAULT_ROWS = 12  # the chosen candidate and the best of each GPU configuration
 
 
 def human_duration(seconds: float) -> str:
-    """12 s, 6 min, 3.2 h, 9 d, 3.4 years: the unit a person would say."""
+    """dlrun's one duration format: 4.2 s, 12 s, 6 min, 3.2 h, 9 d, 3.4 years (the unit a person would say)."""
+    if seconds < 9.95:
+        return f"{max(seconds, 0.0):.1f} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:

@@ -53,13 +53,10 @@ def reported(values: dict, skip: tuple[str, ...] = ()) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    if seconds < 90:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    """dlrun's one duration format (render/plan_table.human_duration); "?" when unknown."""
+    from orchestrator.cli.render.plan_table import human_duration
+
+    return "?" if seconds is None else human_duration(seconds)
 
 
 def iso_time(ts: float | None) -> str | None:
