@@ -11,6 +11,7 @@ history_from_store. The budget is checked against the range's high end.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from infra import kind, runs_here
@@ -227,15 +228,17 @@ def _same_gpu(accelerator: str | None, local_gpu: str) -> bool:
     return (a.name == b.name) if a and b else (accelerator or "").upper() == local_gpu.upper()
 
 
-def cpu_speedup(vcpus: int, measured_threads: int = 1) -> float:
-    """How much faster a VM with `vcpus` trains than the measured `measured_threads` torch threads.
-
-    A vCPU is a hyperthread (two per core); torch's intra-op parallelism on small training steps
-    scales well below linearly, so cores^CPU_THREAD_SCALING (an assumption to calibrate from
-    finished cloud runs, which the history correction does per accelerator).
-    """
-    cores = max(1.0, vcpus / 2)
-    return max(1.0, (cores / max(1, measured_threads)) ** CPU_THREAD_SCALING)
+def cpu_speedup(vcpus: int, job_threads: int = 1) -> float:
+    """How much faster a VM with `vcpus` runs the job's CPU steps than this machine did with `job_threads` torch
+    threads. The job runs as many threads there as here: Ray gives a job's entrypoint OMP_NUM_THREADS=1 on every
+    node unless the job's env: sets it (the probe runs it so: planning/job_probe.py), and the built-in jobs take
+    --cpu-threads 1 (profile.LOCAL_CPU_THREADS). So only a job with more threads than this machine has CPUs gains
+    from a bigger VM: by the cores it can use there over the CPUs it had here, ^CPU_THREAD_SCALING (an assumption to
+    calibrate from finished cloud runs, which the history correction does per accelerator). A vCPU is a
+    hyperthread, two per core."""
+    there = min(job_threads, max(1, vcpus // 2))
+    here = min(job_threads, os.cpu_count() or 1)
+    return (max(1, there) / max(1, here)) ** CPU_THREAD_SCALING
 
 
 def job_start_seconds(offer: Offer) -> float:

@@ -38,16 +38,14 @@ from orchestrator.planning import cpu_share
 from orchestrator.paths import profiles_dir
 from orchestrator.planning.workdir import EXCLUDED_SUFFIXES, EXCLUDES, workdir_digest
 
-PROBE_SECONDS = 40.0  # the cap once the job reports progress
-PROBE_MIN_SECONDS = 8.0
-# a job still starting (imports, data load) at PROBE_SECONDS is waited for, up to this, for its first line
-PROBE_MAX_SECONDS = 60.0
+PROBE_SECONDS, PROBE_MIN_SECONDS = 40.0, 8.0  # the cap once the job reports progress; the least probe
+PROBE_MAX_SECONDS = 60.0  # a job still starting (imports, data load) at PROBE_SECONDS is waited for, up to this
 STABLE_WINDOW_S = 2.0  # the rate is read over intervals this long at least ...
 STABLE_WINDOWS = 3  # ... the last this many of them ...
 STABLE_TOLERANCE = 0.15  # ... agreeing within this share of their mean
 SAMPLE_S = 0.5  # how often the CPU the job got is sampled
-PROBE_VERSION = 4  # 2: `run:` commands under jobs/tee.py, a finished job timed without progress; 3: stable
-#                    rate, range and CPU share; 4: one OpenMP thread unless the job sets it, as on Ray
+PROBE_VERSION = 5  # 2: `run:` commands under jobs/tee.py, a finished job timed without progress; 3: stable rate,
+#                    range and CPU share; 4: one OpenMP thread unless the job sets it, as on Ray; 5: `threads` as run
 TAIL_LINES = 3  # of the job's output, in the error of a failed probe
 # Ray's job entrypoint inherits it from the supervisor actor, which holds no CPU: a worker's OMP_NUM_THREADS, if
 # unset, is set to its CPUs or 1 (ray/_private/utils.py set_omp_num_threads_if_unset); torch runs one thread
@@ -64,7 +62,7 @@ class ProbeResult:
     complete: bool  # the job finished within the probe
     points: list[tuple[float, float]] = field(default_factory=list)  # (seconds since start, share done)
     samples_per_s: float | None = None
-    threads: int = 1
+    threads: int = 1  # the threads the job ran with (its OMP_NUM_THREADS: probe_job); the CPU speed-up's base
     run_low: float = 0.0  # the range: the last intervals' fastest rate, corrected ...
     run_high: float = 0.0  # ... and their slowest, uncorrected (if the machine stays as busy)
     spread: float | None = None  # how far the last intervals' rates were from their mean (0.08: +/-8 %)
@@ -189,7 +187,9 @@ def probe_job(spec, *, refresh: bool = False) -> ProbeResult:
         cwd = os.getcwd() if spec.run else tmp
         if spec.workdir:  # a copy, as Ray runs a job in its unpacked working_dir: what it writes is not the code
             cwd = shutil.copytree(spec.workdir, os.path.join(tmp, "work"), symlinks=False, ignore=_not_copied)
-        result = run_probe(spec.name, _probe_command(spec, entrypoint), cwd=cwd, env=_probe_env(spec, tmp, cwd))
+        env = _probe_env(spec, tmp, cwd)
+        result = run_probe(spec.name, _probe_command(spec, entrypoint), cwd=cwd, env=env)
+    result.threads = int(env["OMP_NUM_THREADS"]) if env["OMP_NUM_THREADS"].isdigit() else os.cpu_count() or 1
     path = cache_path(spec)
     part = path.with_suffix(".tmp")
     part.write_text(json.dumps(result.to_json()))
@@ -262,7 +262,7 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
                         f"{elapsed:.0f} s of a probe run; {ASK_FOR_FIELDS}")
     if complete:
         return ProbeResult(run_seconds=elapsed, probe_seconds=elapsed, complete=True, points=out.points,
-                           samples_per_s=out.samples, threads=os.cpu_count() or 1, run_low=elapsed,
+                           samples_per_s=out.samples, run_low=elapsed,
                            run_high=elapsed, measured_seconds=elapsed)
     return _estimate(out, elapsed)
 
@@ -286,7 +286,7 @@ def _estimate(out: _ProbeOutput, elapsed: float) -> ProbeResult:
     # (load that came and went: another head starting) is planned as the job alone would run
     planned = run if out.stable else run / slowdown
     return ProbeResult(run_seconds=planned, probe_seconds=elapsed, complete=False, points=out.points,
-                       samples_per_s=out.samples, threads=os.cpu_count() or 1, run_low=fast / slowdown,
+                       samples_per_s=out.samples, run_low=fast / slowdown,
                        run_high=slow, spread=spread, stable=out.stable, measured_seconds=run,
                        cpu=use.to_json() if use is not None else None, busy=bool(use and use.busy))
 

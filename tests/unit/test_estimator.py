@@ -75,6 +75,22 @@ def test_local_cpu_uses_the_measured_step_and_costs_nothing():
     assert e.startup_seconds < 60
 
 
+def test_a_cloud_cpu_vm_runs_the_job_with_the_threads_it_had_here(monkeypatch):
+    """Ray starts a job's entrypoint with OMP_NUM_THREADS=1 on every node unless the job sets it, and the built-in jobs
+    take --cpu-threads 1: a one-thread job is as fast on 16 vCPUs as on 2 (before: 8 cores^0.6 = 3.5x faster). A job
+    whose env: asks for 8 threads gains from cores it could not have here (2 CPUs)."""
+    monkeypatch.setattr(estimator.os, "cpu_count", lambda: 2)
+    cpu_vm = {n: Offer(cloud="aws", region="us-east-1", instance_type=f"c{n}", accelerator=None, accelerator_count=0,
+                       gpu_memory_gb=0.0, vcpus=n, memory_gb=4.0 * n, price_per_hour=0.05 * n, spot_price_per_hour=None)
+              for n in (2, 16)}
+    one = synthetic(local={"cpu": 0.05})
+    one.local_threads = 1
+    steps = {n: estimator.estimate(one, o, spot=False).step_seconds for n, o in cpu_vm.items()}
+    assert steps[2] == steps[16] == pytest.approx(0.05)
+    assert estimator.cpu_speedup(16, 8) == pytest.approx(4 ** estimator.CPU_THREAD_SCALING)  # 8 cores there, 2 here
+    assert estimator.cpu_speedup(2, 8) == pytest.approx(0.5 ** estimator.CPU_THREAD_SCALING)  # 1 core there
+
+
 def test_history_correction_converges_on_the_true_ratio():
     """Each run's estimate carries the correction of its time (as the runner records it); replaying the
     store's history recovers the raw ratio instead of drifting back toward 1."""
