@@ -10,13 +10,13 @@ lines win when it has any. The probe stops when the job ends, once its rate is s
 intervals of at least STABLE_WINDOW_S each agree within STABLE_TOLERANCE of their mean) and PROBE_MIN_SECONDS have
 passed, or at PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its start may be slow). The run time is
 the time so far plus what is left at the rate of those last intervals (the job's start and a slow first epoch are
-counted once); the slowest and fastest of them give the range. The CPU the job got meanwhile is measured
+counted once); the slowest and fastest of them give the range, never narrower than RUN_LOW-RUN_HIGH of the
+estimate (how much one job's runs vary on one machine). The CPU the job got meanwhile is measured
 (cpu_share.py): where its threads waited for a CPU (a machine busy with other work), the range reaches down to what
 the job would take alone; a rate that held steady (steady load: likely still there for the run) is planned as
 measured, one still changing at the cap (load that came and went) as the job alone would run. A job that ends by
-itself (exit 0) within the probe is timed to its end, progress or not. The result is cached by the job's command,
-env, image and workdir content. A job that fails during the probe, or reports nothing before PROBE_MAX_SECONDS, is an
-input error: dlrun does not guess.
+itself (exit 0) within the probe is timed to its end, progress or not. Cached by the job's command, env, image and
+workdir content. A job that fails during the probe, or reports nothing before PROBE_MAX_SECONDS, is an input error.
 """
 from __future__ import annotations
 
@@ -40,12 +40,13 @@ from orchestrator.planning.workdir import EXCLUDED_SUFFIXES, EXCLUDES, workdir_d
 
 PROBE_SECONDS, PROBE_MIN_SECONDS = 40.0, 8.0  # the cap once the job reports progress; the least probe
 PROBE_MAX_SECONDS = 60.0  # a job still starting (imports, data load) at PROBE_SECONDS is waited for, up to this
-STABLE_WINDOW_S = 2.0  # the rate is read over intervals this long at least ...
-STABLE_WINDOWS = 3  # ... the last this many of them ...
-STABLE_TOLERANCE = 0.15  # ... agreeing within this share of their mean
+# the rate is read over intervals of STABLE_WINDOW_S at least, the last STABLE_WINDOWS of them agreeing within ...
+STABLE_WINDOW_S, STABLE_WINDOWS, STABLE_TOLERANCE = 2.0, 3, 0.15  # ... this share of their mean
 SAMPLE_S = 0.5  # how often the CPU the job got is sampled
-PROBE_VERSION = 5  # 2: `run:` commands under jobs/tee.py, a finished job timed without progress; 3: stable rate,
-#                    range and CPU share; 4: one OpenMP thread unless the job sets it, as on Ray; 5: `threads` as run
+# one job on one 2-core VM, minutes apart: runs 25.1-31.7 s, probes 24.8-33.1 s; estimate/run 0.76-1.38 in 15
+RUN_LOW, RUN_HIGH = 0.7, 1.35  # comparisons, quiet and beside a hog (bench/probe_under_load.py, 2026-11-28)
+PROBE_VERSION = 6  # 2: `run:` under jobs/tee.py, a finished job timed without progress; 3: stable rate, range and CPU
+#                    share; 4: one OpenMP thread unless the job sets it, as Ray; 5: `threads` as run; 6: RUN_LOW/HIGH
 TAIL_LINES = 3  # of the job's output, in the error of a failed probe
 # Ray's job entrypoint inherits it from the supervisor actor, which holds no CPU: a worker's OMP_NUM_THREADS, if
 # unset, is set to its CPUs or 1 (ray/_private/utils.py set_omp_num_threads_if_unset); torch runs one thread
@@ -133,8 +134,7 @@ def spread_of(rates: list[float]) -> float:
 
 
 def probe_note(probe: ProbeResult) -> str:
-    """How the run time was found, for the plan's note: `ran to its end`, or the probe's length, how steady
-    its rate was, the range, and whether the machine was busy (and the estimate corrected for it)."""
+    """The plan's note: `ran to its end`, or the probe's length, its rate's steadiness, the range, a busy machine."""
     if probe.complete:
         return "ran to its end"
     parts = [f"extrapolated from a {probe.probe_seconds:.0f} s probe"]
@@ -262,8 +262,8 @@ def run_probe(name: str, command: str, *, cwd: str, env: dict[str, str], seconds
                         f"{elapsed:.0f} s of a probe run; {ASK_FOR_FIELDS}")
     if complete:
         return ProbeResult(run_seconds=elapsed, probe_seconds=elapsed, complete=True, points=out.points,
-                           samples_per_s=out.samples, run_low=elapsed,
-                           run_high=elapsed, measured_seconds=elapsed)
+                           samples_per_s=out.samples, run_low=elapsed * RUN_LOW,
+                           run_high=elapsed * RUN_HIGH, measured_seconds=elapsed)
     return _estimate(out, elapsed)
 
 
@@ -286,8 +286,8 @@ def _estimate(out: _ProbeOutput, elapsed: float) -> ProbeResult:
     # (load that came and went: another head starting) is planned as the job alone would run
     planned = run if out.stable else run / slowdown
     return ProbeResult(run_seconds=planned, probe_seconds=elapsed, complete=False, points=out.points,
-                       samples_per_s=out.samples, run_low=fast / slowdown,
-                       run_high=slow, spread=spread, stable=out.stable, measured_seconds=run,
+                       samples_per_s=out.samples, run_low=min(fast / slowdown, planned * RUN_LOW),
+                       run_high=max(slow, planned * RUN_HIGH), spread=spread, stable=out.stable, measured_seconds=run,
                        cpu=use.to_json() if use is not None else None, busy=bool(use and use.busy))
 
 
