@@ -54,7 +54,7 @@ def add(job_file, cron, tz, max_cost, name, follow_file, monthly_cap, overrides)
     from orchestrator.state import schedules as ss
 
     sched = ss.add_schedule(_store(), job_file, cron, tz=tz, max_cost=max_cost, name=name,
-                            follow_file=follow_file, monthly_cap=monthly_cap, overrides=overrides or None)
+                            follow_file=follow_file, monthly_cap=monthly_cap, overrides=overrides)
     running = _notify()
     click.echo(f"schedule {sched.name} ({sched.cron}, {sched.tz}): next run "
                f"{st.fmt_local(sched.next_run_at, sched.tz)}; job file {sched.job_path} "

@@ -169,7 +169,7 @@ def _age(s: float) -> str:
     """dlrun's one duration format (12 s, 6 min, 3.2 h, 9 d), as the plan's."""
     from orchestrator.cli.render.plan_table import human_duration
 
-    return f"{s:.0f} s" if s < 9.5 else human_duration(s)  # an age needs no tenths of a second
+    return f"{s:.0f} s" if s < 10 else human_duration(s)  # an age needs no tenths of a second
 
 
 def render_log_line(line: str) -> str | None:

@@ -10,13 +10,13 @@ lines win when it has any. The probe stops when the job ends, once its rate is s
 intervals of at least STABLE_WINDOW_S each agree within STABLE_TOLERANCE of their mean) and PROBE_MIN_SECONDS have
 passed, or at PROBE_SECONDS (PROBE_MAX_SECONDS while it has not reported yet: its start may be slow). The run time is
 the time so far plus what is left at the rate of those last intervals (the job's start and a slow first epoch are
-counted once); the slowest and fastest of them give the range, never narrower than RUN_LOW-RUN_HIGH of the
-estimate (how much one job's runs vary on one machine). The CPU the job got meanwhile is measured
-(cpu_share.py): where its threads waited for a CPU (a machine busy with other work), the range reaches down to what
-the job would take alone; a rate that held steady (steady load: likely still there for the run) is planned as
-measured, one still changing at the cap (load that came and went) as the job alone would run. A job that ends by
-itself (exit 0) within the probe is timed to its end, progress or not. Cached by the job's command, env, image and
-workdir content. A job that fails during the probe, or reports nothing before PROBE_MAX_SECONDS, is an input error.
+counted once); the slowest and fastest of them give the range, never narrower than RUN_LOW-RUN_HIGH of the estimate
+(how much one job's runs vary on one machine). The CPU the job got meanwhile is measured (cpu_share.py): where its
+threads waited for a CPU (a machine busy with other work), the range reaches down to what the job would take alone; a
+rate that held steady (steady load: likely still there for the run) is planned as measured, one still changing at the
+cap (load that came and went) as the job alone would run. A job that ends by itself (exit 0) within the probe is timed
+to its end, progress or not. Cached by the job's command, env, image and workdir content. A job that fails during the
+probe, or reports nothing before PROBE_MAX_SECONDS, is an input error.
 """
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ class ProbeResult:
     points: list[tuple[float, float]] = field(default_factory=list)  # (seconds since start, share done)
     samples_per_s: float | None = None
     threads: int = 1  # the threads the job ran with (its OMP_NUM_THREADS: probe_job); the CPU speed-up's base
-    run_low: float = 0.0  # the range: the last intervals' fastest rate, corrected ...
-    run_high: float = 0.0  # ... and their slowest, uncorrected (if the machine stays as busy)
+    run_low: float = 0.0  # the range: the last intervals' fastest rate, corrected, at most RUN_LOW x the estimate
+    run_high: float = 0.0  # ... their slowest, uncorrected (the machine as busy), at least RUN_HIGH x the estimate
     spread: float | None = None  # how far the last intervals' rates were from their mean (0.08: +/-8 %)
     stable: bool = False  # the probe stopped because the rate was stable (not at its cap)
     measured_seconds: float = 0.0  # the run as measured, before the correction for a busy machine
@@ -148,8 +148,8 @@ def probe_note(probe: ProbeResult) -> str:
         busy = f"the machine was busy (other processes used {cpu.get('others', 0):.1f} of {cpu.get('cores', 0)} cores"
         if cpu.get("wanted", 0) > cpu.get("share", 0) * 1.05:
             busy += f"; the job got {cpu.get('share', 0):.1f} of the {cpu.get('wanted', 0):.1f} it uses alone)"
-            busy += (f": planned as it ran, about {probe.run_low:.0f} s alone" if probe.stable
-                     else f": corrected from {probe.measured_seconds:.0f} s")
+            busy += (f": planned as it ran, about {probe.measured_seconds * cpu['share'] / cpu['wanted']:.0f} s alone"
+                     if probe.stable else f": corrected from {probe.measured_seconds:.0f} s")  # alone: cpu_share.py
         else:
             busy += "), the job got the CPU it uses alone"
         parts.append(busy)

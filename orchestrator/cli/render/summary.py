@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from orchestrator.cli.render.plan_table import human_duration
 from orchestrator.cost import usd
 from orchestrator.states import JobStatus
 
@@ -54,8 +55,6 @@ def reported(values: dict, skip: tuple[str, ...] = ()) -> str:
 
 def duration(seconds: float | None) -> str:
     """dlrun's one duration format (render/plan_table.human_duration); "?" when unknown."""
-    from orchestrator.cli.render.plan_table import human_duration
-
     return "?" if seconds is None else human_duration(seconds)
 
 
