@@ -110,6 +110,10 @@ class Vm:
     metadata: object = None  # its running metadata.VmMetadata, if its cloud gives it one
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     _console_after_death: str | None = field(default=None, repr=False)
+    # when it was last killed, in /proc/PID/stat start-time ticks: a namespace's inode number is reused once it is
+    # gone (by this lab's next VM or by another lab running beside it, as under `pytest -n`), and every process
+    # in a reused namespace started after this
+    killed_at_ticks: int | None = field(default=None, repr=False)
 
     @property
     def instance_id(self) -> str:
@@ -199,6 +203,7 @@ class Vm:
         """Terminates the VM: SIGKILL to its init kills every process in its PID namespace."""
         if self._console_after_death is None:
             self._console_after_death = self.console_log()
+        self.killed_at_ticks = _ticks_now()
         self._stop()
 
     def _stop(self) -> None:
@@ -248,7 +253,8 @@ class Vm:
             return None
 
     def processes(self) -> list[tuple[int, str]]:
-        """(pid, command) of every process in this VM's PID or network namespace, as seen from the host."""
+        """(pid, command) of every process in this VM's PID or network namespace, as seen from the host; once
+        it was killed, only those that started before (a later one is in a namespace reusing the inode)."""
         found = []
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
@@ -256,10 +262,13 @@ class Vm:
             try:
                 ns = (os.readlink(f"/proc/{entry.name}/ns/pid"), os.readlink(f"/proc/{entry.name}/ns/net"))
                 comm = Path(f"/proc/{entry.name}/comm").read_text().strip()
+                if not ((self.pidns and ns[0] == self.pidns) or (self.netns_id and ns[1] == self.netns_id)):
+                    continue
+                if self.killed_at_ticks is not None and _start_ticks(entry.name) > self.killed_at_ticks:
+                    continue
             except OSError:
                 continue
-            if (self.pidns and ns[0] == self.pidns) or (self.netns_id and ns[1] == self.netns_id):
-                found.append((int(entry.name), comm))
+            found.append((int(entry.name), comm))
         return found
 
     def module_processes(self, module: str) -> list[int]:
@@ -328,3 +337,13 @@ class Vm:
             time.sleep(0.05)
         raise TimeoutError(f"{text!r} not in the console of {self.instance_id} after {timeout_s} s:\n"
                            f"{self.console_log()}")
+
+
+def _start_ticks(pid: str) -> int:
+    """A process's start time, in clock ticks since boot (/proc/PID/stat's 22nd field)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def _ticks_now() -> int:
+    """Now on the clock of _start_ticks (CLOCK_BOOTTIME in the kernel's USER_HZ ticks)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
