@@ -23,7 +23,10 @@ lint: setup
 # pytest exits 5 when no tests were collected: make fails on it, as on any failure.
 # `make test` runs lint and every tier (README's and CI's command); each tier alone (CONTRIBUTING.md, "Tests"):
 # unit (in-process, under a minute), integration (stand-ins, bash, CLI processes), e2e (Ray heads, VM lab).
-PYTEST := $(VENV)/bin/python -m pytest -q -p no:cacheprovider
+# Two pytest-xdist workers, each taking whole test files (one Ray head, one VM lab per module): the suite mostly
+# waits (VM boots, SSH, Ray start-ups), so two run in about half the time on 2 cores. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+PYTEST := $(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 test: setup lint
 	$(PYTEST) tests
