@@ -47,8 +47,10 @@ from .machine import Vm, VmSpec, loop_devices
 from .apt_mirror import AptMirror, mirror_dir
 from .package_index import PackageIndex, wheel_dir
 from .registry import LabRegistry
+from .rootfs import locked
 
 LAB_DIR_PREFIX = "dlvlab-"
+LAB_LOCK = "dlvlab.lock"  # (not a LAB_DIR_PREFIX name)
 
 
 def _process_start(pid: int) -> str | None:
@@ -97,17 +99,21 @@ class VmLab:
 
     def open(self) -> "VmLab":
         tmp = Path(tempfile.gettempdir())
-        alive = {d.name[len(LAB_DIR_PREFIX):] for d in tmp.glob(LAB_DIR_PREFIX + "*") if _lab_alive(d)}
-        net.remove_stale(alive)
-        for d in tmp.glob(LAB_DIR_PREFIX + "*"):
-            if d.name[len(LAB_DIR_PREFIX):] not in alive:
-                shutil.rmtree(d, ignore_errors=True)
-        taken = alive | {net.lab_id_of(n) for n in net.our_netns() + net.our_links()}
-        self.lab_id = next(i for i in iter(lambda: secrets.token_hex(2), None) if i not in taken)
-        self.net = net.LabNetwork(self.lab_id)
-        self.dir = tmp / f"{LAB_DIR_PREFIX}{self.lab_id}"
-        self.dir.mkdir(mode=0o755)
-        (self.dir / "owner").write_text(f"{os.getpid()} {_process_start(os.getpid())}\n")
+        # One lab at a time cleans up and registers (its owner file): a lab opening beside another (two pytest
+        # workers) would otherwise take the other's new directory and bridge, made between its look at who is
+        # alive and its clean-up, for a crashed run's debris and delete them.
+        with locked(tmp / LAB_LOCK):
+            alive = {d.name[len(LAB_DIR_PREFIX):] for d in tmp.glob(LAB_DIR_PREFIX + "*") if _lab_alive(d)}
+            net.remove_stale(alive)
+            for d in tmp.glob(LAB_DIR_PREFIX + "*"):
+                if d.name[len(LAB_DIR_PREFIX):] not in alive:
+                    shutil.rmtree(d, ignore_errors=True)
+            taken = alive | {net.lab_id_of(n) for n in net.our_netns() + net.our_links()}
+            self.lab_id = next(i for i in iter(lambda: secrets.token_hex(2), None) if i not in taken)
+            self.net = net.LabNetwork(self.lab_id)
+            self.dir = tmp / f"{LAB_DIR_PREFIX}{self.lab_id}"
+            self.dir.mkdir(mode=0o755)
+            (self.dir / "owner").write_text(f"{os.getpid()} {_process_start(os.getpid())}\n")
         (self.dir / "vms").mkdir()
         self._open = True
         try:
