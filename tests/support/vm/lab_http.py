@@ -2,7 +2,10 @@
 bridge answering GET and HEAD from an `answer(path)` function, files sent with sendfile, every request logged.
 
 HTTP/1.1 with Content-Length on every answer: pip, uv and apt keep one connection for many requests (apt
-pipelines them), as they do with PyPI and deb.debian.org.
+pipelines them), as they do with PyPI and deb.debian.org. The listen backlog is a web server's (nginx: 511),
+not socketserver's 5: uv opens dozens of connections at once on each VM, and with three VMs installing on a
+busy machine a backlog of 5 overflowed (the kernel: "Possible SYN flooding on port ..."), dropped SYNs and made
+apt, on the same busy host, give up on the mirror ("Unable to connect") where a real mirror would answer.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlparse
 
+BACKLOG = 511  # nginx's default `listen ... backlog` on Linux
 Answer = tuple[int, bytes, str, "Path | None"]  # status, body, content type, a file to send instead of the body
 MAX_LOGGED = 2000
 
@@ -48,8 +52,11 @@ def serve(host: str, port: int, answer: Callable[[str], Answer], requests: list[
             with open(file, "rb") as f:
                 self.connection.sendfile(f)
 
-    server = http.server.ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    class Server(http.server.ThreadingHTTPServer):
+        request_queue_size = BACKLOG
+        daemon_threads = True
+
+    server = Server((host, port), Handler)
     threading.Thread(target=server.serve_forever, name=f"{name}-{server.server_address[1]}", daemon=True).start()
     return server
 

@@ -225,8 +225,9 @@ class TeamRayCluster:
         while True:
             failed = [vm for vm in self.vms.values() if FAILED in vm.console_log()]
             if failed:
+                apt = self.lab.apt.requests[-20:] if self.lab.apt else []  # what the lab's apt mirror answered
                 raise RuntimeError(f"the team cluster's {failed[0].instance_id} failed to start:\n"
-                                   f"{failed[0].console_log()[-4000:]}")
+                                   f"{failed[0].console_log()[-4000:]}\nthe apt mirror's last requests: {apt}")
             try:
                 if len(self.alive_nodes()) == len(ROLES):
                     return
