@@ -45,8 +45,8 @@ STABLE_WINDOW_S, STABLE_WINDOWS, STABLE_TOLERANCE = 2.0, 3, 0.15  # ... this sha
 SAMPLE_S = 0.5  # how often the CPU the job got is sampled
 # one job on one 2-core VM, minutes apart: runs 25.1-31.7 s, probes 24.8-33.1 s; estimate/run 0.76-1.38 in 15
 RUN_LOW, RUN_HIGH = 0.7, 1.35  # comparisons, quiet and beside a hog (bench/probe_under_load.py, 2026-11-28)
-PROBE_VERSION = 6  # 2: `run:` under jobs/tee.py, a finished job timed without progress; 3: stable rate, range and CPU
-#                    share; 4: one OpenMP thread unless the job sets it, as Ray; 5: `threads` as run; 6: RUN_LOW/HIGH
+PROBE_VERSION = 7  # 2: `run:` under tee.py, a finished job timed without progress; 3: stable rate, range and CPU share;
+#                    4: one OpenMP thread, as Ray; 5: `threads` as run; 6: RUN_LOW/HIGH; 7: `wanted` of a sleeping job
 TAIL_LINES = 3  # of the job's output, in the error of a failed probe
 # Ray's job entrypoint inherits it from the supervisor actor, which holds no CPU: a worker's OMP_NUM_THREADS, if
 # unset, is set to its CPUs or 1 (ray/_private/utils.py set_omp_num_threads_if_unset); torch runs one thread
