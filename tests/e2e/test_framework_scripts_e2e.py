@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.timing]  # (timing: make test runs it alone, after the rest)
 
 # example -> (how the probe timed it, a progress line `dlrun submit` prints, the script's own metric names,
 #             Ray gauges its run publishes)

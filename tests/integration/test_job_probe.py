@@ -17,6 +17,7 @@ from orchestrator.planning.workdir import workdir_digest
 from tests.support.planning import LOCAL_CPU
 from tests.support.probe_jobs import RAY_ENTRYPOINT_ENV, cpu_hogs, nested_lstm_job, timed_run
 
+pytestmark = pytest.mark.timing  # its estimates are checked against runs minutes later: make test runs it alone
 ROOT = Path(__file__).resolve().parents[2]
 WALL_SLACK = 3.0  # an estimate within this factor of a run timed minutes later on a shared machine (was 10-70)
 RANGE_SLACK = 1.5  # the range's slow end may miss such a run by this factor
