@@ -43,7 +43,7 @@ from typing import Callable
 from . import net
 from .clouds import Ec2Watcher, GceWatcher, Watcher, wait_until
 from .image import IMAGE_USED_GB, Image, build_images, image_for
-from .machine import Vm, VmSpec, loop_devices
+from .machine import Vm, VmSpec, loop_devices, start_ticks
 from .apt_mirror import AptMirror, mirror_dir
 from .package_index import PackageIndex, wheel_dir
 from .registry import LabRegistry
@@ -55,7 +55,7 @@ LAB_LOCK = "dlvlab.lock"  # (not a LAB_DIR_PREFIX name)
 
 def _process_start(pid: int) -> str | None:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        return str(start_ticks(str(pid)))
     except (OSError, IndexError):
         return None
 

@@ -3,9 +3,9 @@ bridge answering GET and HEAD from an `answer(path)` function, files sent with s
 
 HTTP/1.1 with Content-Length on every answer: pip, uv and apt keep one connection for many requests (apt
 pipelines them), as they do with PyPI and deb.debian.org. The listen backlog is a web server's (nginx: 511),
-not socketserver's 5: uv opens dozens of connections at once on each VM, and with three VMs installing on a
-busy machine a backlog of 5 overflowed (the kernel: "Possible SYN flooding on port ..."), dropped SYNs and made
-apt, on the same busy host, give up on the mirror ("Unable to connect") where a real mirror would answer.
+not socketserver's 5: uv opens dozens of connections at once on each VM, and with three VMs installing a
+backlog of 5 overflowed (the kernel: "Possible SYN flooding on port ..."). (A VM failing to connect at all
+while another lab ran, seen twice, was not this: it came back with 511.)
 """
 from __future__ import annotations
 

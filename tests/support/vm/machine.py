@@ -264,7 +264,7 @@ class Vm:
                 comm = Path(f"/proc/{entry.name}/comm").read_text().strip()
                 if not ((self.pidns and ns[0] == self.pidns) or (self.netns_id and ns[1] == self.netns_id)):
                     continue
-                if self.killed_at_ticks is not None and _start_ticks(entry.name) > self.killed_at_ticks:
+                if self.killed_at_ticks is not None and start_ticks(entry.name) > self.killed_at_ticks:
                     continue
             except OSError:
                 continue
@@ -339,11 +339,11 @@ class Vm:
                            f"{self.console_log()}")
 
 
-def _start_ticks(pid: str) -> int:
+def start_ticks(pid: str) -> int:
     """A process's start time, in clock ticks since boot (/proc/PID/stat's 22nd field)."""
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
 
 
 def _ticks_now() -> int:
-    """Now on the clock of _start_ticks (CLOCK_BOOTTIME in the kernel's USER_HZ ticks)."""
+    """Now on the clock of start_ticks (CLOCK_BOOTTIME in the kernel's USER_HZ ticks)."""
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
