@@ -23,10 +23,10 @@ lint: setup
 # pytest exits 5 when no tests were collected: make fails on it, as on any failure.
 # `make test` runs lint and every tier (README's and CI's command); each tier alone (CONTRIBUTING.md, "Tests"):
 # unit (in-process, under a minute), integration (stand-ins, bash, CLI processes), e2e (Ray heads, VM lab).
-# TEST_WORKERS=2: two pytest-xdist workers, each taking whole test files (one Ray head, one VM lab per module): about
-# half the time on 2 cores, but a lab VM's connection to its lab's mirror on this host timed out in 2 of 6 such runs
-# (docs/testing.md), so one process stays the default until that is found.
-TEST_WORKERS ?= 0
+# Two pytest-xdist workers, each taking whole test files (one Ray head, one VM lab per module): about half the time
+# of one process on 2 cores, which mostly waits on VM boots, SSH and Ray start-ups (docs/testing.md).
+# TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 # The tests marked `timing` (a probe's estimate against a run minutes later) run alone afterwards: beside the other
 # worker, the load they compare across moves by more than their bounds.
 PYTEST_ALONE := $(VENV)/bin/python -m pytest -q -p no:cacheprovider

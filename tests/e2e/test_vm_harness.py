@@ -20,6 +20,7 @@ from moto.server import ThreadedMotoServer
 
 from tests.support.vm.clouds import wait_until
 from tests.support.vm.fixtures import ssh_argv, ssh_keypair, vm_lab  # noqa: F401  (fixture)
+from tests.support.vm.lab import VmLab
 from tests.support.vm.machine import VmSpec
 from tests.support.gce_client import ZONE, client, fake_gce, gce_delete, gce_insert  # noqa: F401  (fixture)
 from tests.support.vm.checks import assert_vm_gone
@@ -171,6 +172,19 @@ def test_vms_reach_each_other_by_private_ip_and_nothing_else_is_shared(vm_lab, f
     vm_lab.wait_gone("node-a")
     assert_vm_gone(vm_lab, a)
     assert "node-b" in vm_lab.vms
+
+
+def test_two_labs_whose_vms_share_a_private_ip_each_reach_their_own_mirrors(vm_lab):
+    """Two labs at once (two pytest workers) may boot VMs with the same private IP (the team cluster's
+    10.77.0.2 in both): the host routes that address to the first lab's VM only, so each VM must talk
+    to its lab's servers from its own lab address, or the second's connections get no answer."""
+    with VmLab() as other:
+        ours = vm_lab.boot(VmSpec("same-ip-1", "10.66.0.2", None, "dlrun", []))
+        theirs = other.boot(VmSpec("same-ip-2", "10.66.0.2", None, "dlrun", []))
+        for lab, vm in ((vm_lab, ours), (other, theirs)):
+            got = vm.run(f"curl -fsS -m 10 -o /dev/null -w '%{{http_code}}' {lab.apt.url}/dists/bookworm/InRelease")
+            assert (got.returncode, got.stdout) == (0, "200"), (vm.spec.instance_id, got.stderr)
+    assert other.leftovers() == []
 
 
 def test_sshd_delay_makes_ssh_wait(vm_lab, fake_gce, tmp_path):

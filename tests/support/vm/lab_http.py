@@ -5,7 +5,7 @@ HTTP/1.1 with Content-Length on every answer: pip, uv and apt keep one connectio
 pipelines them), as they do with PyPI and deb.debian.org. The listen backlog is a web server's (nginx: 511),
 not socketserver's 5: uv opens dozens of connections at once on each VM, and with three VMs installing a
 backlog of 5 overflowed (the kernel: "Possible SYN flooding on port ..."). (A VM failing to connect at all
-while another lab ran, seen twice, was not this: it came back with 511.)
+while another lab ran was not this: its answers went to the other lab's VM of the same private IP; net.py.)
 """
 from __future__ import annotations
 

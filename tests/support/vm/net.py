@@ -16,6 +16,8 @@ reachable from this machine (the root namespace) for SSH, while never having a r
   once (two test sessions on one machine) may hold VMs with the same address. Such an address is routed
   to the first lab's VM only; the second reaches its VM through the lab address (lab.ssh_config maps the
   public and private IPs onto it), so dlrun's SSH never reaches the other lab's VM.
+  The VM talks to its lab's servers (mirrors, registry) from that lab address too (its route to the
+  bridge's address names it as source): from its private IP, the answer would go to the other lab's VM.
 
 Every name starts with PREFIX + the lab's 4 hex digits, so two labs or the debris of a crashed run never
 collide; `remove_stale` deletes debris whose lab is no longer alive (see LabNetwork.remove_lab).
@@ -95,7 +97,9 @@ class LabNetwork:
                          *(("addr", "add", f"{a}/32", "dev", "eth0") for a in [*addresses, lab_address]),
                          ("link", "set", "lo", "up"),
                          ("link", "set", "eth0", "up"),
-                         ("route", "add", f"{self.host_ip}/32", "dev", "eth0"),
+                         # from the lab address: the host answers a VM's private IP through the first lab
+                         # that routed it, which is another lab's VM when two labs share an address
+                         ("route", "add", f"{self.host_ip}/32", "dev", "eth0", "src", lab_address),
                          *(("route", "add", r, "dev", "eth0") for r in PRIVATE_RANGES)):
                 ip("-n", ns, *args)
             ip("link", "set", host_end, "master", self.bridge, "up")

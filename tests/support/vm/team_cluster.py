@@ -225,9 +225,11 @@ class TeamRayCluster:
         while True:
             failed = [vm for vm in self.vms.values() if FAILED in vm.console_log()]
             if failed:
-                apt = self.lab.apt.requests[-20:] if self.lab.apt else []  # what the lab's apt mirror answered
+                apt = self.lab.apt.requests[-20:] if self.lab.apt else []  # what the lab's mirrors answered
+                index = self.lab.index.requests[-20:] if self.lab.index else []
                 raise RuntimeError(f"the team cluster's {failed[0].instance_id} failed to start:\n"
-                                   f"{failed[0].console_log()[-4000:]}\nthe apt mirror's last requests: {apt}")
+                                   f"{failed[0].console_log()[-4000:]}\nthe apt mirror's last requests: {apt}"
+                                   f"\nthe package index's last requests: {index}")
             try:
                 if len(self.alive_nodes()) == len(ROLES):
                     return
