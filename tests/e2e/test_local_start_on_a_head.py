@@ -29,7 +29,8 @@ def _probe_jobs(head):
 
 def test_a_running_dlrun_head_gets_one_no_op_job_timed_as_a_run_and_cached(ray_head, dlrun_home, monkeypatch):
     """First a plan with no head (prior), then dlrun's head is up: the next plan measures Ray's job start
-    for real, once; the figure is Ray's own run time of the no-op job, as a run's is recorded."""
+    for real, once; the figure is Ray's own run time of the no-op job, as a run's is recorded (or the job's imports
+    alone, if they took longer)."""
     monkeypatch.setattr(startup, "_memo", {})
     assert startup.measure()["basis"] == "imports + prior"
     before = len(_probe_jobs(ray_head))
@@ -41,9 +42,12 @@ def test_a_running_dlrun_head_gets_one_no_op_job_timed_as_a_run_and_cached(ray_h
     assert len(probes) == before + 1
     job = max(probes, key=lambda j: j.start_time)
     assert job.status == "SUCCEEDED" and job.entrypoint == startup.RAY_JOB_ENTRYPOINT
-    assert data["seconds"] == pytest.approx((job.end_time - job.start_time) / 1000.0, abs=1e-3)
+    ray_run = (job.end_time - job.start_time) / 1000.0
+    # never less than the job's imports in a fresh process, measured first (on a busy machine they may have taken
+    # longer than Ray's whole run did a minute later: 7.9 s against 6.1 s beside two busy processes)
+    assert data["seconds"] == pytest.approx(max(ray_run, data["process_seconds"]), abs=1e-3)
     # the job process inside it imported torch: at least as long as the same imports in a fresh process, less slack
-    assert data["seconds"] >= 0.5 * data["process_seconds"]
+    assert ray_run >= 0.5 * data["process_seconds"]
     cached = json.loads((dlrun_home / "profiles" / "local_startup.json").read_text())
     assert cached["basis"] == "ray job" and cached["seconds"] == data["seconds"]
     # measured once per machine: later processes read it, the head is not asked again
